@@ -1,0 +1,1 @@
+"""jenga-harness: configs, workloads, backends, records, analysis and plots around ``jenga``."""
