@@ -1,0 +1,139 @@
+"""The sim backend: scheduler + memory manager + step-time model in a discrete-event loop.
+
+``run_cell(cfg, profile, requests) -> RunResult`` (contract §4). Time advances by the step-time
+model's estimate of each step; idle gaps jump to the next arrival. Memory is sampled once per
+step, right after scheduling (the state the step runs with). Every number is simulated.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from jenga.spec import page_geometry
+
+from harness.profile import ModelProfile
+from harness.records import RunResult, summarize_requests
+from harness.sim.cost import CostModel, _get, profile_tokens
+from harness.sim.scheduler import Scheduler, SchedulerConfig
+from harness.workloads.request import Request
+
+
+def scheduler_config(engine, profile: ModelProfile) -> SchedulerConfig:
+    """The cell's scheduling policy from its engine settings (see ``cost.profile_tokens``)."""
+    version = str(_get(engine, "engine_version", "v0"))
+    chunked = bool(_get(engine, "enable_chunked_prefill", False))
+    max_len = int(_get(engine, "max_model_len") or profile.max_model_len)
+    # vLLM v1 always schedules mixed batches; its chunked prefill is on unless disabled, and the
+    # artifact's v1 cells keep the default.
+    mixed = version == "v1" or chunked
+    return SchedulerConfig(
+        max_num_seqs=int(_get(engine, "max_num_seqs", 256)),
+        token_budget=profile_tokens(engine, max_len),
+        mixed=mixed, chunked_prefill=mixed,
+        enable_prefix_caching=bool(_get(engine, "enable_prefix_caching", False)))
+
+
+def make_manager(system: str, profile: ModelProfile, capacity: int, engine, options: dict | None):
+    import jenga
+
+    return jenga.make_manager(system, list(profile.specs), capacity,
+                              tokens_per_page=int(_get(engine, "tokens_per_page", 16)),
+                              enable_prefix_cache=bool(_get(engine, "enable_prefix_caching", False)),
+                              **dict(options or {}))
+
+
+def simulate(mm, cost: CostModel, sched_cfg: SchedulerConfig, requests: list[Request],
+             cross_attention: bool = False, max_steps: int = 10_000_000) -> tuple[Scheduler, list[dict], dict]:
+    """Run the loop to completion; returns the scheduler, the per-step trace and step aggregates."""
+    sched = Scheduler(mm, sched_cfg, [r.fresh_copy() for r in requests])
+    now = min((r.arrival_time for r in requests), default=0.0)
+    trace: list[dict[str, Any]] = []
+    agg = {"waste": 0.0, "unneeded": 0.0, "frag": 0.0, "occupancy": 0.0, "running": 0.0,
+           "decode_steps": 0, "decode_batch": 0, "samples": 0}
+    steps = 0
+    while sched.has_unfinished:
+        step = sched.schedule(now)
+        if not step and (sched.waiting or sched.running):
+            # A step that only preempted (v0 decode out of memory) leaves work to readmit.
+            step = sched.schedule(now)
+        if not step:
+            nxt = sched.next_arrival()
+            if nxt is None:
+                if sched.waiting or sched.running:
+                    # Scheduling made no progress and nothing will arrive: a capacity bug.
+                    raise RuntimeError("scheduler stalled with waiting/running requests and no arrivals")
+                break
+            now = max(now, nxt)
+            continue
+        steps += 1
+        if steps > max_steps:
+            raise RuntimeError(f"simulation exceeded {max_steps} steps")
+        batch = [(s.num_new_tokens, s.context_before, s.image_tokens_encoded,
+                  s.seq.req.num_image_tokens if cross_attention else 0) for s in step]
+        dt = cost.step_time(batch)
+        u = mm.usage()
+        alloc = u.allocated_bytes
+        waste = u.waste_fraction
+        num_decode = sum(1 for s in step if s.is_decode)
+        agg["samples"] += 1
+        agg["waste"] += waste
+        if alloc:
+            agg["unneeded"] += u.unneeded_bytes / alloc
+            agg["frag"] += u.fragmentation_bytes / alloc
+        agg["occupancy"] += u.large_page_occupancy
+        agg["running"] += len(sched.running)
+        if num_decode:
+            agg["decode_steps"] += 1
+            agg["decode_batch"] += num_decode
+        trace.append({"step": steps, "time_s": now, "dt_s": dt, "num_running": len(sched.running),
+                      "num_waiting": len(sched.waiting), "num_decode": num_decode,
+                      "num_prefill_tokens": sum(s.num_new_tokens for s in step if not s.is_decode),
+                      "waste_fraction": waste, "allocated_bytes": alloc, "needed_bytes": u.needed_bytes,
+                      "unneeded_bytes": u.unneeded_bytes, "fragmentation_bytes": u.fragmentation_bytes,
+                      "cached_bytes": u.cached_bytes, "free_bytes": u.free_bytes,
+                      "preemptions": sched.num_preemptions})
+        now += dt
+        sched.complete(step, now)
+    return sched, trace, agg
+
+
+def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
+    """Simulate one cell (contract §4)."""
+    engine, gpu = cfg.engine, cfg.gpu
+    system = str(cfg.system.name)
+    cost = CostModel(profile, gpu, engine)
+    capacity = cost.kv_capacity_bytes()
+    mm = make_manager(system, profile, capacity, engine, _get(cfg.system, "options") or {})
+    sched_cfg = scheduler_config(engine, profile)
+    cross = profile.vision is not None and profile.vision.cross_attention
+    sched, trace, agg = simulate(mm, cost, sched_cfg, requests, cross_attention=cross)
+    seqs = sched.seqs
+    metrics = summarize_requests(
+        [s.req.arrival_time for s in seqs], [s.first_token_time for s in seqs],
+        [s.finish_time for s in seqs], [s.req.prompt_len for s in seqs], [s.req.output_len for s in seqs])
+    n = max(1, agg["samples"])
+    prompt_tokens = sum(s.req.prompt_len for s in seqs if s.first_admitted)
+    hit_tokens = sum(s.hit_tokens for s in seqs)
+    final = mm.usage()
+    geom = page_geometry(list(profile.specs), int(_get(engine, "tokens_per_page", 16)))
+    metrics.update({
+        "mean_decode_batch": agg["decode_batch"] / agg["decode_steps"] if agg["decode_steps"] else 0.0,
+        "mean_running": agg["running"] / n,
+        "waste_fraction": agg["waste"] / n,
+        "waste_breakdown": {"unneeded": agg["unneeded"] / n, "fragmentation": agg["frag"] / n},
+        "prefix_hit_rate": hit_tokens / prompt_tokens if prompt_tokens else 0.0,
+        "prefix_hit_tokens": hit_tokens, "prompt_tokens": prompt_tokens,
+        "preemptions": sched.num_preemptions,
+        "recomputed_tokens": sum(s.recomputed_tokens for s in seqs),
+        "kv_capacity_bytes": capacity, "kv_capacity_pages": capacity // geom.large_page_bytes,
+        "large_page_occupancy": agg["occupancy"] / n,
+        "path_counts": dict(final.path_counts), "num_steps": len(trace), "num_ignored": sched.num_ignored,
+        "simulated_s": metrics["makespan_s"],
+    })
+    if not math.isfinite(metrics["makespan_s"]):
+        raise RuntimeError("non-finite makespan")
+    meta = {"simulated": True, "allocator": type(mm).__name__, "scheduler": vars(sched_cfg),
+            "activation_peak_bytes": cost.activation_peak_bytes(), "tensor_parallel": cost.tp,
+            "large_page_bytes": geom.large_page_bytes, "engine_overhead": vars(cost.overhead)}
+    return RunResult(metrics=metrics, trace=trace, meta=meta)

@@ -1,0 +1,209 @@
+"""vLLM-style continuous batching over any :class:`jenga.interface.MemoryManager`.
+
+Two policies, as the artifact's two forks schedule:
+
+- **v0, chunked prefill off** (vLLM 0.6.3 ``_schedule_default``): prefill priority. If waiting
+  requests can be admitted, the step is a batch of whole prefills (token budget
+  ``max(max_num_batched_tokens, max_model_len)``); otherwise it is one decode step of every
+  running request. A decode that cannot get memory preempts the newest running request.
+- **mixed** (vLLM v1, and v0 with chunked prefill on): running requests first (decodes and the
+  next chunk of unfinished prefills, newest preempted while memory is short), then waiting
+  requests take prefill chunks from the remaining token budget. Waiting requests are not admitted
+  in a step that preempted (v1 does the same).
+
+Preemption is by recompute: the victim is ``free``d (its computed pages stay cached when prefix
+caching is on) and requeued at the front of the waiting queue; on readmission it prefills its
+prompt plus the tokens it had generated. Prefix hits are counted only on a request's first
+admission (hit rate = first-admission hit tokens / prompt tokens); later hits save compute but
+are not hits. Admission is FCFS: the first waiting request that does not fit stops admission.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import deque
+from dataclasses import dataclass
+
+from jenga.interface import MemoryManager
+
+from harness.workloads.request import Request
+
+
+@dataclass
+class SeqState:
+    """Scheduler-side state of one request."""
+
+    req: Request
+    num_computed: int = 0          # tokens with KV computed (pinned cache hit included)
+    num_generated: int = 0
+    first_admitted: bool = False
+    hit_tokens: int = 0            # prefix hit on first admission
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    num_preemptions: int = 0
+    recomputed_tokens: int = 0     # tokens computed again after a preemption
+    computed_before_preemption: int = 0
+    ignored: bool = False          # can never fit in the KV pool (vLLM ignores such prompts)
+    done: bool = False
+
+    @property
+    def target(self) -> int:
+        """Tokens known so far (prompt + generated); all but the newest have KV once decoding."""
+        return self.req.prompt_len + self.num_generated
+
+
+@dataclass
+class Scheduled:
+    """One request's share of a step."""
+
+    seq: SeqState
+    num_new_tokens: int
+    context_before: int
+    image_tokens_encoded: int
+    is_decode: bool
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int
+    token_budget: int
+    mixed: bool                    # True: v1 / chunked-prefill policy; False: v0 prefill priority
+    chunked_prefill: bool
+    enable_prefix_caching: bool
+
+
+class Scheduler:
+    """Waiting and running queues plus the step policy; the engine owns time and step costs."""
+
+    def __init__(self, mm: MemoryManager, config: SchedulerConfig, requests: list[Request]) -> None:
+        self.mm = mm
+        self.cfg = config
+        self.seqs = [SeqState(r) for r in sorted(requests, key=lambda r: r.arrival_time)]
+        self._pending = deque(self.seqs)          # not yet arrived
+        self.waiting: deque[SeqState] = deque()
+        self.running: list[SeqState] = []
+        self.num_preemptions = 0
+        self.num_finished = 0
+        self.num_ignored = 0
+
+    # -- queues -------------------------------------------------------------------------------
+    def arrive(self, now: float) -> None:
+        while self._pending and self._pending[0].req.arrival_time <= now:
+            self.waiting.append(self._pending.popleft())
+
+    def next_arrival(self) -> float | None:
+        return self._pending[0].req.arrival_time if self._pending else None
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self._pending or self.waiting or self.running)
+
+    def _preempt(self, seq: SeqState) -> None:
+        self.mm.free(seq.req)
+        seq.computed_before_preemption = max(seq.computed_before_preemption, seq.num_computed)
+        seq.num_computed = 0
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    # -- policy -------------------------------------------------------------------------------
+    def schedule(self, now: float) -> list[Scheduled]:
+        """Pick the next step's work and allocate its memory."""
+        self.arrive(now)
+        if self.cfg.mixed:
+            return self._schedule_mixed()
+        prefills = self._admit(self.cfg.token_budget, chunk=False)
+        return prefills if prefills else self._schedule_running(self.cfg.token_budget)[0]
+
+    def _schedule_running(self, budget: int) -> tuple[list[Scheduled], int, bool]:
+        out: list[Scheduled] = []
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.target - seq.num_computed, budget)
+            while not self.mm.allocate(seq.req, n):
+                victim = self.running.pop()      # the newest running request
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            else:
+                out.append(self._entry(seq, n))
+                budget -= n
+                i += 1
+        return out, budget, preempted
+
+    def _schedule_mixed(self) -> list[Scheduled]:
+        out, budget, preempted = self._schedule_running(self.cfg.token_budget)
+        if not preempted:
+            out += self._admit(budget, chunk=self.cfg.chunked_prefill)
+        return out
+
+    def _admit(self, budget: int, chunk: bool) -> list[Scheduled]:
+        out: list[Scheduled] = []
+        while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:
+            seq = self.waiting[0]
+            hit = self.mm.lookup_prefix(seq.req) if self.cfg.enable_prefix_caching else 0
+            n = seq.target - hit
+            if chunk:
+                n = min(n, budget)
+            elif out and n > budget:
+                break
+            if not self.mm.allocate(seq.req, n):
+                if not self.running and not out:
+                    # Nothing else holds memory, so this request can never fit: drop it as
+                    # vLLM does for prompts longer than the KV pool.
+                    self.waiting.popleft()
+                    seq.ignored = seq.done = True
+                    self.num_ignored += 1
+                    continue
+                break
+            self.waiting.popleft()
+            if not seq.first_admitted:
+                seq.first_admitted = True
+                seq.hit_tokens = hit
+            else:
+                seq.recomputed_tokens += max(0, seq.computed_before_preemption - hit)
+                seq.computed_before_preemption = 0
+            seq.num_computed = hit
+            self.running.append(seq)
+            out.append(self._entry(seq, n))
+            budget -= n
+        return out
+
+    @staticmethod
+    def _entry(seq: SeqState, n: int) -> Scheduled:
+        c = seq.num_computed
+        images = seq.req.images
+        img = sum(im.num_tokens for im in images if c <= im.offset < c + n) if images else 0
+        is_decode = seq.num_generated > 0 and c + n == seq.target and n == 1
+        return Scheduled(seq, n, c, img, is_decode)
+
+    # -- step completion ------------------------------------------------------------------------
+    def complete(self, step: list[Scheduled], now: float) -> None:
+        """Apply a finished step: advance computed tokens, emit tokens, free finished requests."""
+        any_done = False
+        for s in step:
+            seq = s.seq
+            seq.num_computed += s.num_new_tokens
+            if seq.num_computed < seq.target:
+                continue                              # a prefill chunk that is not the last
+            req = seq.req
+            req.output_token_ids.append(_token_id(req, seq.num_generated))
+            seq.num_generated += 1
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+            if seq.num_generated >= req.output_len:
+                seq.finish_time = now
+                seq.done = True
+                any_done = True
+                self.num_finished += 1
+                self.mm.free(req)
+        if any_done:
+            self.running = [s for s in self.running if not s.done]
+
+
+def _token_id(req: Request, i: int) -> int:
+    """A deterministic generated token: distinct per request so outputs never fake a shared prefix."""
+    return (zlib.crc32(req.request_id.encode()) * 31 + i) % 100_000 + 1
