@@ -1,0 +1,323 @@
+"""Typed schema of a cell config (Hydra structured configs) and :func:`compose_cell`.
+
+A *cell* is one model × dataset × GPU × system × backend × seed. The YAML files under
+``harness/conf/<group>/`` are merged into the dataclasses below, so a misspelled key or a value of
+the wrong type fails at composition time; :func:`compose_cell` turns Hydra's and OmegaConf's
+errors into one :class:`ConfigError` that names the key and the file it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+GROUPS = ("model", "dataset", "gpu", "system", "backend", "mode")
+
+
+class ConfigError(ValueError):
+    """A cell config cannot be composed; the message names the key, the file and the valid values."""
+
+
+# ------------------------------------------------------------------------------------------- model
+@dataclass
+class MoeConf:
+    """Mixture-of-experts layout (num_experts=0: dense)."""
+
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_layer_period: int = 1      # every `period`-th layer (from `offset`) is an MoE layer
+    expert_layer_offset: int = 0
+    expert_intermediate_size: int | None = None  # null = model.intermediate_size
+    shared_expert: bool = False       # Llama-4: one always-on shared expert per MoE layer
+
+
+@dataclass
+class MambaConf:
+    """Mamba mixer dimensions (Jamba). State bytes follow vLLM's cache shapes: conv state
+    d_inner × (d_conv − 1), SSM state d_inner × d_state, per layer, in ``state_dtype``."""
+
+    d_inner: int = MISSING
+    d_state: int = MISSING
+    d_conv: int = MISSING
+    dt_rank: int = MISSING
+    state_dtype: str = "bfloat16"
+    checkpoint_interval: int = 512    # Jenga's prefix-cache state checkpoint (--linear-chunk-size)
+
+
+@dataclass
+class VisionConf:
+    """Vision tower facts. ``kind``: ``cross`` (image tokens live only in cross-attention layers,
+    mllama) or ``embedding`` (decoder-only VLM: image tokens are prompt tokens whose vision
+    embeddings are cached until prefill consumes them)."""
+
+    kind: str = MISSING
+    tokens_per_tile: int = MISSING
+    max_tiles: int = 1
+    encoder_params: int = MISSING
+    embedding_dim: int = MISSING      # width of one embedding handed to the LM
+    image_token_index: int | None = None
+
+
+@dataclass
+class TokenDropConf:
+    """PyramidKV/PyramidInfer-style per-layer token budget (AE ``TopKCalculator`` prefill config)."""
+
+    schedule: str = "cosine"          # cosine | linear
+    decay_ratio: float = 0.9          # prefill_decay_ratio
+    recent_ratio: float = 0.2         # recent tokens never dropped
+    min_tokens: int = 64              # min_context_length
+    sink: int = 4                     # streamingllm_sink_len
+    num_buckets: int = 4              # layers grouped into this many TokenDropSpecs by keep ratio
+
+
+@dataclass
+class ModelConf:
+    """One model, written from its public config.json (see each file's comments for sources)."""
+
+    name: str = MISSING
+    hf_id: str = MISSING
+    architecture: str = MISSING       # HF architectures[0]
+    model_type: str = MISSING         # HF model_type (llama, mllama, gemma2, gemma3, mistral, jamba, ...)
+    dtype: str = "bfloat16"           # weight dtype: bfloat16 | fp8
+    kv_dtype: str = "bfloat16"        # vLLM kv_cache_dtype=auto keeps KV in the activation dtype
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    num_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    head_dim: int = MISSING
+    intermediate_size: int = MISSING
+    vocab_size: int = MISSING
+    max_position_embeddings: int = MISSING
+    tie_word_embeddings: bool = False
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    total_params: int | None = MISSING  # published total (LM + vision); null = estimated from shapes
+    active_params: int | None = None  # per token; null = total_params
+    # Layer kinds: `layer_pattern` repeats to num_layers; `layer_indices` then sets explicit layers.
+    # Kinds: full, sliding, chunked, mamba, cross, token_drop.
+    layer_pattern: list[str] = field(default_factory=lambda: ["full"])
+    layer_indices: dict[str, list[int]] = field(default_factory=dict)
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    # Cross-layer KV sharing: runs of adjacent layers of one kind (full layers: consecutive full
+    # layers across blocks) share one KV cache in groups of this size (1 = no sharing).
+    kv_share_group_size: int = 1
+    moe: MoeConf = field(default_factory=MoeConf)
+    mamba: MambaConf | None = None
+    vision: VisionConf | None = None
+    token_drop: TokenDropConf | None = None
+    assumed: list[str] = field(default_factory=list)  # keys whose values are ASSUMED, not published
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------- dataset
+@dataclass
+class DatasetConf:
+    """A workload. ``source: twin`` generates requests from the statistics in ``stats``
+    (top-level ``datasets/``); ``source: hf`` loads the real dataset with HF ``datasets``."""
+
+    name: str = MISSING
+    source: str = "twin"              # twin | hf
+    stats: str = MISSING              # file under datasets/ with the twin's statistics
+    num_requests: int = MISSING
+    output_len: int | None = None  # null = the dataset's own output length
+    max_len: int | None = None     # cap on prompt + output (arXiv-QA --hf-max-len)
+    articles_per_group: int | None = None  # arXiv-QA: null = as many as fit under max_len
+    questions_per_article: int = 4
+    subset: str | None = None      # arXiv-QA: ministral | gemma2 (AE article-id lists)
+    input_len_min: int | None = None   # microbench/synthetic: uniform input length range
+    input_len_max: int | None = None
+    output_len_min: int | None = None
+    output_len_max: int | None = None
+    hf_id: str | None = None
+    hf_subset: str | None = None
+    hf_split: str | None = None
+    hf_fallback_id: str | None = None
+    tokenizer: str | None = None   # local tokenizer directory for source=hf (no hub downloads)
+
+
+# --------------------------------------------------------------------------------------------- gpu
+@dataclass
+class GpuConf:
+    """One GPU type (datasheet values) and the tensor-parallel degree ``count``."""
+
+    name: str = MISSING
+    memory_bytes: int = MISSING
+    peak_bf16_flops: float = MISSING
+    peak_fp8_flops: float = MISSING
+    hbm_bytes_per_s: float = MISSING
+    interconnect_bytes_per_s: float = MISSING
+    mfu: float = MISSING
+    mbu: float = MISSING
+    count: int = 1
+
+
+@dataclass
+class SystemConf:
+    """Memory-management system (name as in ``jenga.make_manager``) and its options."""
+
+    name: str = MISSING
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BackendConf:
+    """Execution backend: sim | vllm_sched | vllm."""
+
+    name: str = MISSING
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModeConf:
+    """smoke (tiny, seconds) or full (the paper's request counts)."""
+
+    name: str = MISSING
+    max_requests: int | None = None
+    length_scale: float = 1.0         # scales prompt lengths (and max_len) of generated workloads
+    max_output_len: int | None = None
+
+
+@dataclass
+class EngineConf:
+    """vLLM engine arguments of the artifact's launch commands (vLLM defaults otherwise)."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    enable_chunked_prefill: bool = False
+    enable_prefix_caching: bool = False
+    enforce_eager: bool = False
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    engine_version: str = "v0"
+    tokens_per_page: int = 16
+    kv_cache_bytes: int | None = None
+    request_rate: float = float("inf")
+    num_speculative_tokens: int = 0
+    spec_acceptance_rate: float | None = None
+
+
+@dataclass
+class CellConf:
+    """A composed cell."""
+
+    model: ModelConf = MISSING
+    dataset: DatasetConf = MISSING
+    gpu: GpuConf = MISSING
+    system: SystemConf = MISSING
+    backend: BackendConf = MISSING
+    mode: ModeConf = MISSING
+    engine: EngineConf = field(default_factory=EngineConf)
+    seed: int = 0
+    out_dir: str = "results/runs"
+    force: bool = False
+
+
+SYSTEMS = ("jenga", "jenga_no_request_aware", "vllm", "max_page", "hybrid_groups", "static_partition",
+           "oracle")
+BACKENDS = ("sim", "vllm_sched", "vllm")
+ENGINE_VERSIONS = ("v0", "v1")
+SOURCES = ("twin", "hf")
+
+
+def register() -> None:
+    """Register the schema in Hydra's ConfigStore (idempotent)."""
+    ConfigStore.instance().store(name="cell_schema", node=CellConf)
+
+
+register()
+
+
+def options(group: str, conf_dir: Path | None = None) -> list[str]:
+    """Names of the YAML files of one config group (the valid values of ``group=``)."""
+    return sorted(p.stem for p in ((conf_dir or CONF_DIR) / group).glob("*.yaml"))
+
+
+def _check_values(cfg: DictConfig, choices: dict[str, str]) -> None:
+    """Enumerated values that a dataclass cannot express as types."""
+    checks = [("system", "name", SYSTEMS), ("backend", "name", BACKENDS), ("dataset", "source", SOURCES),
+              ("engine", "engine_version", ENGINE_VERSIONS)]
+    for group, key, allowed in checks:
+        value = cfg[group][key]
+        if value not in allowed:
+            where = f"harness/conf/{group}/{choices.get(group)}.yaml or an override" if group in choices \
+                else "an override"
+            raise ConfigError(f"{group}.{key}={value!r} (from {where}) is not valid; allowed: {list(allowed)}")
+
+
+def _missing(cfg: DictConfig, choices: dict[str, str]) -> None:
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        key = missing[0]
+        group = key.split(".")[0]
+        src = f"harness/conf/{group}/{choices[group]}.yaml" if group in choices else "harness/conf/config.yaml"
+        raise ConfigError(f"missing mandatory value {key!r} (set it in {src}); all missing: {missing}")
+
+
+def compose_cell(overrides: list[str] | tuple[str, ...] = (), conf_dir: str | Path | None = None) -> DictConfig:
+    """Compose one cell config with Hydra's compose API.
+
+    ``overrides`` are Hydra overrides (``model=gemma3_12b``, ``dataset.num_requests=4``). Unknown
+    group options, ill-typed or missing values raise :class:`ConfigError` naming the key, the file
+    and the valid values. ``conf_dir`` replaces ``harness/conf`` (tests).
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = list(overrides)
+    conf = Path(conf_dir) if conf_dir else CONF_DIR
+    for ov in overrides:
+        head = ov.split("=", 1)[0].lstrip("+~")
+        if head in GROUPS and "=" in ov:
+            value = ov.split("=", 1)[1]
+            if value not in options(head, conf):
+                raise ConfigError(f"unknown {head} {value!r}; valid {head} names: {options(head, conf)}")
+    try:
+        if GlobalHydra.instance().is_initialized():
+            GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(_explain(exc)) from exc
+    choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items() if k in GROUPS}
+    with _open(cfg):
+        del cfg["hydra"]
+    _missing(cfg, choices)
+    _check_values(cfg, choices)
+    return cfg
+
+
+class _open:
+    """Temporarily lift struct mode (to drop the ``hydra`` node from a composed config)."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        self.cfg = cfg
+
+    def __enter__(self) -> None:
+        OmegaConf.set_struct(self.cfg, False)
+
+    def __exit__(self, *exc: object) -> None:
+        OmegaConf.set_struct(self.cfg, True)
+
+
+def _explain(exc: BaseException) -> str:
+    """One readable message from a Hydra/OmegaConf composition error chain."""
+    parts = []
+    e: BaseException | None = exc
+    while e is not None:
+        msg = str(e).strip()
+        if msg and "$VALUE" not in msg and not any(msg in p for p in parts):
+            parts.append(msg)
+        e = e.__cause__ or e.__context__
+    text = "\n".join(parts)
+    # Name the file: Hydra says "In 'model/foo'"; users edit harness/conf/model/foo.yaml.
+    text = re.sub(r"In '(\w+)/(\w+)'", r"In harness/conf/\1/\2.yaml", text)
+    return f"cannot compose cell config: {text}"

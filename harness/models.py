@@ -1,0 +1,283 @@
+"""Model zoo: a ``conf/model/*.yaml`` file → :class:`harness.profile.ModelProfile`.
+
+The profile carries the jenga cache specs (one per layer type), weight bytes, parameter counts and
+the facts the step-time model and the vLLM config writer need (rope, vocab, windows, MoE, Mamba).
+Parameter counts: the model file states the published total; :func:`estimate_params` recomputes
+them from the shapes (tests check the two agree, which catches a mistyped dimension); synthetic
+models (character.ai-style, PyramidKV drafts) leave ``total_params: null`` and use the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.profile import ModelProfile, VisionInfo
+from jenga.spec import (
+    ChunkedLocalSpec,
+    CrossAttentionSpec,
+    FullAttentionSpec,
+    LayerTypeSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+    TokenDropSpec,
+    VisionEmbeddingSpec,
+)
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "float32": 4}
+LAYER_KINDS = ("full", "sliding", "chunked", "mamba", "cross", "token_drop")
+
+
+class ModelConfigError(ValueError):
+    """A model file is inconsistent; the message names the model and the key."""
+
+
+def _cfg(model_cfg: Any) -> dict:
+    if isinstance(model_cfg, DictConfig):
+        return OmegaConf.to_container(model_cfg, resolve=True)
+    return dict(model_cfg)
+
+
+def _dtype_bytes(name: str, key: str, model: str) -> int:
+    if name not in DTYPE_BYTES:
+        raise ModelConfigError(f"model {model}: {key}={name!r}; allowed: {sorted(DTYPE_BYTES)}")
+    return DTYPE_BYTES[name]
+
+
+def layer_kinds(m: dict) -> list[str]:
+    """Per-layer kinds: ``layer_pattern`` repeated to ``num_layers``, then ``layer_indices`` applied."""
+    n, pattern = m["num_layers"], list(m["layer_pattern"])
+    if not pattern:
+        raise ModelConfigError(f"model {m['name']}: layer_pattern must not be empty")
+    kinds = [pattern[i % len(pattern)] for i in range(n)]
+    for kind, idx in (m.get("layer_indices") or {}).items():
+        for i in idx:
+            if not 0 <= i < n:
+                raise ModelConfigError(f"model {m['name']}: layer_indices.{kind} has {i}, outside [0, {n})")
+            kinds[i] = kind
+    bad = sorted(set(kinds) - set(LAYER_KINDS))
+    if bad:
+        raise ModelConfigError(f"model {m['name']}: unknown layer kinds {bad}; allowed: {list(LAYER_KINDS)}")
+    return kinds
+
+
+def kv_share_groups(kinds: list[str], group_size: int) -> list[list[int]]:
+    """Layers that share one KV cache (the first of each group stores it).
+
+    Global ("full") layers are tied across blocks: consecutive full layers in index order form
+    groups. Every other kind shares only inside a run of adjacent layers of that kind (the
+    character.ai blog: neighbouring local layers share; global layers share across blocks)."""
+    if group_size < 1:
+        raise ModelConfigError(f"kv_share_group_size must be >= 1, got {group_size}")
+    groups: list[list[int]] = []
+    fulls = [i for i, k in enumerate(kinds) if k == "full"]
+    groups += [fulls[j:j + group_size] for j in range(0, len(fulls), group_size)]
+    run: list[int] = []
+    for i, k in enumerate(kinds + ["<end>"]):
+        if run and (k != kinds[run[-1]] or i != run[-1] + 1):
+            groups += [run[j:j + group_size] for j in range(0, len(run), group_size)]
+            run = []
+        if k != "full" and k != "<end>":
+            run.append(i)
+    return sorted(groups)
+
+
+def token_drop_keep_ratios(m: dict) -> list[float]:
+    """Fraction of the context each layer keeps under the AE's PyramidInfer prefill schedule.
+
+    Layer l keeps the recent ``recent_ratio`` of the context plus the candidate tokens left after
+    layers 1..l each keep ``ratio(j)`` of the previous layer's candidates, where
+    ``ratio(j) = (1-d)·(cos(π j/L)+1)/2 + d`` (cosine) or ``(1-d)·j/L + d`` (linear)."""
+    td, n = m["token_drop"], m["num_layers"]
+    d, recent = td["decay_ratio"], td["recent_ratio"]
+    out, kept = [], 1.0
+    for layer in range(n):
+        if td["schedule"] == "cosine":
+            r = (1.0 - d) * (math.cos(math.pi * layer / n) + 1) / 2 + d
+        elif td["schedule"] == "linear":
+            r = (1.0 - d) * (layer / n) + d
+        else:
+            raise ModelConfigError(f"model {m['name']}: token_drop.schedule={td['schedule']!r}; "
+                                   "allowed: ['cosine', 'linear']")
+        kept *= min(r, 1.0)
+        out.append(recent + (1.0 - recent) * kept)
+    return out
+
+
+@dataclass(frozen=True)
+class ParamEstimate:
+    total: int
+    active: int
+    embedding: int          # input embedding table (a lookup: no FLOPs)
+    vision: int
+
+
+def estimate_params(model_cfg: Any) -> ParamEstimate:
+    """Parameters from the shapes: embeddings, attention/Mamba mixers, dense/MoE MLPs, norms."""
+    m = _cfg(model_cfg)
+    h, hd = m["hidden_size"], m["head_dim"]
+    q, kv = m["num_heads"] * hd, m["num_kv_heads"] * hd
+    attn = h * q + 2 * h * kv + q * h + 2 * h
+    kinds = layer_kinds(m)
+    moe = m.get("moe") or {}
+    n_exp, topk = moe.get("num_experts", 0), moe.get("experts_per_token", 0)
+    mlp_dense = 3 * h * m["intermediate_size"]
+    mlp_expert = 3 * h * (moe.get("expert_intermediate_size") or m["intermediate_size"])
+    total = active = 0
+    for i, kind in enumerate(kinds):
+        if kind == "mamba":
+            mb = m["mamba"]
+            di, ds, dt = mb["d_inner"], mb["d_state"], mb["dt_rank"]
+            mixer = (h * 2 * di + di * (mb["d_conv"] + 1) + di * (dt + 2 * ds) + dt * di + di
+                     + di * ds + di + di * h + h)
+        else:
+            mixer = attn
+        is_moe = n_exp > 0 and i % moe.get("expert_layer_period", 1) == moe.get("expert_layer_offset", 0)
+        if is_moe:
+            shared = mlp_expert if moe.get("shared_expert") else 0
+            total += mixer + n_exp * mlp_expert + shared + h * n_exp
+            active += mixer + topk * mlp_expert + shared + h * n_exp
+        else:
+            total += mixer + mlp_dense
+            active += mixer + mlp_dense
+    emb = m["vocab_size"] * h
+    head = 0 if m.get("tie_word_embeddings") else emb
+    # Vision towers: mllama-style towers in vision.encoder_params; text-only-served VLMs (Gemma-3,
+    # Llama-4) list their tower's weights in extra.vision_tower_params.
+    vision = ((m.get("vision") or {}).get("encoder_params") or 0) + \
+        int((m.get("extra") or {}).get("vision_tower_params", 0))
+    total += emb + head + h + vision
+    active += emb + head + h + vision
+    return ParamEstimate(total=total, active=active, embedding=emb, vision=vision)
+
+
+def _specs(m: dict, kinds: list[str]) -> tuple[list[LayerTypeSpec], dict]:
+    name = m["name"]
+    kvb = _dtype_bytes(m["kv_dtype"], "kv_dtype", name)
+    per_layer = 2 * m["num_kv_heads"] * m["head_dim"] * kvb
+    groups = kv_share_groups(kinds, m.get("kv_share_group_size", 1))
+    stored = Counter(kinds[g[0]] for g in groups)
+    compute = Counter(kinds)
+    extra: dict = {"kv_share": groups if m.get("kv_share_group_size", 1) > 1 else []}
+    specs: list[LayerTypeSpec] = []
+    for kind in LAYER_KINDS:
+        if kind not in compute:
+            continue
+        n, c = stored[kind], compute[kind]
+        if kind == "full":
+            specs.append(FullAttentionSpec("full", n, per_layer, c))
+        elif kind == "sliding":
+            if not m.get("sliding_window"):
+                raise ModelConfigError(f"model {name}: sliding layers need sliding_window")
+            specs.append(SlidingWindowSpec("sliding", n, per_layer, c, window=m["sliding_window"]))
+        elif kind == "chunked":
+            if not m.get("attention_chunk_size"):
+                raise ModelConfigError(f"model {name}: chunked layers need attention_chunk_size")
+            specs.append(ChunkedLocalSpec("chunked", n, per_layer, c, chunk=m["attention_chunk_size"]))
+        elif kind == "cross":
+            specs.append(CrossAttentionSpec("cross", n, per_layer, c))
+        elif kind == "mamba":
+            mb = m.get("mamba")
+            if not mb:
+                raise ModelConfigError(f"model {name}: mamba layers need a mamba: section")
+            sb = _dtype_bytes(mb["state_dtype"], "mamba.state_dtype", name)
+            # vLLM's cache shapes: conv state (d_inner, d_conv - 1), SSM state (d_inner, d_state).
+            conv = mb["d_inner"] * (mb["d_conv"] - 1) * sb
+            ssm = mb["d_inner"] * mb["d_state"] * sb
+            specs.append(MambaSpec("mamba", n, conv + ssm, c, state_bytes_per_layer=conv + ssm,
+                                   conv_bytes_per_layer=conv, checkpoint_interval=mb["checkpoint_interval"]))
+            extra["mamba_conv_bytes_per_layer"], extra["mamba_ssm_bytes_per_layer"] = conv, ssm
+        elif kind == "token_drop":
+            specs += _token_drop_specs(m, kinds, per_layer, extra)
+    vis = m.get("vision")
+    if vis and vis["kind"] == "embedding":
+        # Embeddings are activations: bf16 even when the weights are FP8.
+        specs.append(VisionEmbeddingSpec("vision_embedding", 1, vis["embedding_dim"] * 2))
+    return specs, extra
+
+
+def _token_drop_specs(m: dict, kinds: list[str], per_layer: int, extra: dict) -> list[LayerTypeSpec]:
+    """Bucket token-drop layers by keep ratio; each bucket keeps its largest ratio (never fewer
+    tokens than any of its layers needs). Layers keeping everything are plain full attention."""
+    td = m["token_drop"]
+    ratios = token_drop_keep_ratios(m)
+    layers = [i for i, k in enumerate(kinds) if k == "token_drop"]
+    extra["token_drop_keep_ratios"] = [round(ratios[i], 6) for i in layers]
+    keep_all = [i for i in layers if ratios[i] >= 1.0 - 1e-9]
+    drop = sorted((i for i in layers if i not in keep_all), key=lambda i: -ratios[i])
+    specs: list[LayerTypeSpec] = []
+    if keep_all:
+        specs.append(FullAttentionSpec("token_drop_keep_all", len(keep_all), per_layer))
+    nb = max(1, min(td["num_buckets"], len(drop)))
+    for b in range(nb):
+        chunk = drop[b * len(drop) // nb:(b + 1) * len(drop) // nb]
+        if chunk:
+            ratio = max(ratios[i] for i in chunk)
+            specs.append(TokenDropSpec(f"token_drop_{b}", len(chunk), per_layer, keep_ratio=round(ratio, 6),
+                                       min_tokens=td["min_tokens"], sink=td["sink"]))
+    return specs
+
+
+def load_profile(model_cfg: Any) -> ModelProfile:
+    """Turn one model config (DictConfig or dict of ``ModelConf`` fields) into a ModelProfile."""
+    m = _cfg(model_cfg)
+    name = m["name"]
+    kinds = layer_kinds(m)
+    specs, extra = _specs(m, kinds)
+    est = estimate_params(m)
+    total = m.get("total_params") or est.total
+    active = m.get("active_params") or (total if est.active == est.total else est.active)
+    vis = m.get("vision")
+    vision = None
+    if vis:
+        vision = VisionInfo(tokens_per_tile=vis["tokens_per_tile"], max_tiles=vis["max_tiles"],
+                            encoder_params=vis["encoder_params"],
+                            embedding_bytes_per_token=vis["embedding_dim"] * 2,
+                            cross_attention=vis["kind"] == "cross")
+    moe = m.get("moe") or {}
+    nh, hd = m["num_heads"], m["head_dim"]
+    extra.update({
+        "model_type": m["model_type"],
+        "dtype": m["dtype"],
+        "kv_dtype": m["kv_dtype"],
+        "rope_theta": m.get("rope_theta"),
+        "rope_scaling": m.get("rope_scaling"),
+        "tie_word_embeddings": m.get("tie_word_embeddings", False),
+        "max_position_embeddings": m["max_position_embeddings"],
+        "sliding_window": m.get("sliding_window"),
+        "attention_chunk_size": m.get("attention_chunk_size"),
+        # Per-layer window (None = full context), the form vLLM/HF configs use.
+        "sliding_window_per_layer": [m.get("sliding_window") if k == "sliding" else None for k in kinds],
+        "cross_attention_layers": [i for i, k in enumerate(kinds) if k == "cross"],
+        "moe": moe,
+        "mamba": m.get("mamba"),
+        "token_drop": m.get("token_drop"),
+        "assumed": list(m.get("assumed") or []),
+        "estimated_params": est.total,
+        "embedding_params": est.embedding,
+        # Params multiplied per generated/prefilled token (the embedding lookup does no FLOPs).
+        "matmul_params_per_token": active - est.embedding - est.vision,
+        # FLOPs per (query token, context token) pair of one attention layer: QK^T and AV.
+        "attn_flops_per_ctx_token_per_layer": 4 * nh * hd,
+        **(m.get("extra") or {}),
+    })
+    return ModelProfile(
+        name=name, hf_id=m["hf_id"], architecture=m["architecture"], num_layers=m["num_layers"],
+        hidden_size=m["hidden_size"], num_heads=nh, num_kv_heads=m["num_kv_heads"], head_dim=hd,
+        intermediate_size=m["intermediate_size"], vocab_size=m["vocab_size"],
+        max_model_len=m["max_position_embeddings"],
+        weight_dtype_bytes=_dtype_bytes(m["dtype"], "dtype", name),
+        kv_dtype_bytes=_dtype_bytes(m["kv_dtype"], "kv_dtype", name),
+        total_params=int(total), active_params=int(active), layer_kinds=tuple(kinds), specs=tuple(specs),
+        vision=vision, num_experts=moe.get("num_experts", 0), experts_per_token=moe.get("experts_per_token", 0),
+        extra=extra)
+
+
+def linear_flops_per_token(profile: ModelProfile) -> float:
+    """Dense matmul FLOPs of one token through the LM (2 per multiply-accumulate)."""
+    return 2.0 * profile.extra["matmul_params_per_token"]
+
