@@ -1,0 +1,122 @@
+"""One cell → one record (contract §4).
+
+    python -m harness.run model=llama3_1_8b dataset=mmlu_pro gpu=h100 system=jenga backend=sim seed=0
+
+Arguments are Hydra overrides, composed with :func:`harness.config.compose_cell`. The record goes
+to ``{out_dir}/{backend}/{gpu}/{model}/{dataset}/{system}/seed{seed}-{config hash}/record.json``
+with the per-step ``trace.csv`` beside it. The hash covers the whole resolved cell config (minus
+``out_dir``/``force``), so a changed setting never reuses a stale record. A finished record is
+reused unless ``force=true``; an error writes ``failure.json`` beside the cell (never over a
+finished record) and is returned as a record with ``status: failed``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.records import make_record, read_record, record_dir, write_record, write_trace
+
+BACKEND_MODULES = {"sim": "harness.sim.engine", "vllm_sched": "harness.vllm_sched", "vllm": "harness.vllm_backend"}
+
+
+def cell_keys(cfg: DictConfig) -> dict[str, Any]:
+    return {"model": cfg.model.name, "dataset": cfg.dataset.name, "gpu": cfg.gpu.name,
+            "system": cfg.system.name, "backend": cfg.backend.name, "seed": int(cfg.seed)}
+
+
+def config_dict(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config without the run-control keys (what the record's hash covers)."""
+    d = OmegaConf.to_container(cfg, resolve=True)
+    for k in ("out_dir", "force"):
+        d.pop(k, None)
+    return d
+
+
+def cell_dir(cfg: DictConfig) -> Path:
+    import json
+
+    key = json.dumps(config_dict(cfg), sort_keys=True, default=str)
+    return record_dir(cfg.out_dir, cell_keys(cfg), [key])
+
+
+def _backend(name: str):
+    if name not in BACKEND_MODULES:
+        raise ValueError(f"backend.name={name!r} is not valid; allowed: {sorted(BACKEND_MODULES)}")
+    return importlib.import_module(BACKEND_MODULES[name])
+
+
+def run_cell(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run (or reuse) one cell and return its record."""
+    out = cell_dir(cfg)
+    rec_path, fail_path = out / "record.json", out / "failure.json"
+    if not cfg.get("force", False):
+        existing = read_record(rec_path)
+        if existing is not None and existing.get("status") == "ok":
+            existing["reused"] = True
+            return existing
+    cell = cell_keys(cfg)
+    conf = config_dict(cfg)
+    t0 = time.perf_counter()
+    try:
+        from harness.models import load_profile
+        from harness.workloads import build_workload
+
+        profile = load_profile(cfg.model)
+        requests = build_workload(cfg)
+        result = _backend(cfg.backend.name).run_cell(cfg, profile, requests)
+    except Exception as exc:  # noqa: BLE001 - any failure becomes a failure record
+        err = f"{type(exc).__name__}: {exc}"
+        rec = make_record(cell, overrides, None, conf, time.perf_counter() - t0, error=err)
+        rec["traceback"] = traceback.format_exc(limit=8)
+        write_record(fail_path, rec)
+        return rec
+    rec = make_record(cell, overrides, result, conf, time.perf_counter() - t0)
+    write_trace(out / "trace.csv", result.trace)
+    write_record(rec_path, rec)
+    fail_path.unlink(missing_ok=True)
+    return rec
+
+
+def run_overrides(overrides: list[str]) -> dict[str, Any]:
+    """Compose a cell from Hydra overrides and run it; composition errors become failure records
+    too (returned, not written: without a valid config there is no cell directory)."""
+    from harness.config import compose_cell
+
+    try:
+        cfg = compose_cell(overrides)
+    except Exception as exc:  # noqa: BLE001
+        keys = dict(o.split("=", 1) for o in overrides if "=" in o and o.split("=", 1)[0] in
+                    ("model", "dataset", "gpu", "system", "backend", "seed"))
+        rec = {k: keys.get(k) for k in ("model", "dataset", "gpu", "system", "backend", "seed")}
+        rec.update({"status": "failed", "error": f"{type(exc).__name__}: {exc}", "overrides": list(overrides)})
+        return rec
+    return run_cell(cfg, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    rec = run_overrides(argv)
+    keys = ("model", "dataset", "gpu", "system", "backend", "seed")
+    print(" ".join(f"{k}={rec.get(k)}" for k in keys))
+    if rec.get("status") != "ok":
+        print(f"FAILED: {rec.get('error')}", file=sys.stderr)
+        return 1
+    print(f"throughput {rec['throughput_req_s']:.4g} req/s ({rec['output_tok_s']:.4g} out tok/s), "
+          f"makespan {rec['makespan_s']:.4g} s{' (simulated)' if rec.get('simulated') else ''}, "
+          f"waste {rec['waste_fraction']:.3f}, hit rate {rec['prefix_hit_rate']:.3f}, "
+          f"preemptions {rec['preemptions']}{' [reused]' if rec.get('reused') else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

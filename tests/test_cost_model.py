@@ -1,0 +1,112 @@
+"""Step-time model and KV capacity: exact values on hand-built profiles, span sums vs brute force."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.sim import cost as costmod
+from harness.sim.cost import CostModel, _span_sum, profile_tokens
+from jenga.spec import ChunkedLocalSpec, FullAttentionSpec, SlidingWindowSpec
+
+from sim_fakes import tiny_engine, tiny_gpu, tiny_profile
+
+
+def _brute(kind, spec, c, n):
+    total = 0
+    for i in range(c, c + n):
+        if kind == "full":
+            total += i + 1
+        elif kind == "sliding":
+            total += min(i + 1, spec.window)
+        elif kind == "chunked":
+            total += i % spec.chunk + 1
+    return total
+
+
+@given(c=st.integers(0, 300), n=st.integers(1, 300), w=st.integers(1, 64))
+def test_span_sums_match_brute_force(c, n, w):
+    specs = {"full": FullAttentionSpec("f", 1, 2), "sliding": SlidingWindowSpec("s", 1, 2, window=w),
+             "chunked": ChunkedLocalSpec("c", 1, 2, chunk=w)}
+    for kind, spec in specs.items():
+        assert _span_sum(kind, spec, c, n) == _brute(kind, spec, c, n)
+
+
+def test_kv_capacity_formula_exact():
+    prof = tiny_profile(active_params=10**9)
+    eng = tiny_engine(max_model_len=4096, max_num_seqs=8)
+    cm = CostModel(prof, tiny_gpu(), eng)
+    # Profiling pass: 4096 tokens x (3*4096 + 4*1024) x 2 B, plus 8 rows of fp32 logits.
+    act = 4096 * (3 * 4096 + 4 * 1024) * 2 + 8 * 1000 * 4
+    assert cm.activation_peak_bytes() == act
+    expected = int(80 * 2**30 * 0.9 - 2 * 10**9 - act - costmod.NON_TORCH_BYTES)
+    assert cm.kv_capacity_bytes() == expected
+    assert CostModel(prof, tiny_gpu(), tiny_engine(kv_cache_bytes=12345)).kv_capacity_bytes() == 12345
+
+
+def test_capacity_grows_with_utilization_and_shrinks_with_budget():
+    prof = tiny_profile()
+    lo = CostModel(prof, tiny_gpu(), tiny_engine(gpu_memory_utilization=0.9)).kv_capacity_bytes()
+    hi = CostModel(prof, tiny_gpu(), tiny_engine(gpu_memory_utilization=0.937)).kv_capacity_bytes()
+    assert abs((hi - lo) - 0.037 * 80 * 2**30) < 2
+    big = CostModel(prof, tiny_gpu(), tiny_engine(max_model_len=65536)).kv_capacity_bytes()
+    assert big < lo
+
+
+def test_no_memory_left_is_a_clear_error():
+    prof = tiny_profile(active_params=50 * 10**9)
+    with pytest.raises(ValueError, match="no KV cache memory"):
+        CostModel(prof, tiny_gpu(), tiny_engine()).kv_capacity_bytes()
+
+
+def test_profile_tokens_follow_vllm_defaults():
+    assert profile_tokens(tiny_engine(), 131072) == 131072
+    assert profile_tokens(tiny_engine(), 1024) == 2048
+    assert profile_tokens(tiny_engine(engine_version="v1"), 131072) == 2048
+    assert profile_tokens(tiny_engine(enable_chunked_prefill=True), 131072) == 512
+    assert profile_tokens(tiny_engine(engine_version="v1", max_num_batched_tokens=8192), 131072) == 8192
+
+
+def test_decode_step_exact_memory_bound():
+    prof = tiny_profile(active_params=10**9, layers=2, bytes_per_token_per_layer=256)
+    cm = CostModel(prof, tiny_gpu(), tiny_engine())
+    batch = [(1, 999, 0)] * 4
+    kv = 4 * 1000 * 256 * 2
+    oh = cm.overhead
+    assert cm.step_time(batch) == pytest.approx((2e9 + kv) / 1e12 + oh.step_s + 4 * oh.per_request_s, rel=1e-12)
+
+
+def test_prefill_compute_bound_fp8_and_tp():
+    prof = tiny_profile(active_params=10**9)
+    gpu = tiny_gpu()
+    cm = CostModel(prof, gpu, tiny_engine())
+    n = 8192
+    flops = 2e9 * n + 4 * 8 * 128 * (n * (n + 1) // 2) * 2
+    oh = cm.overhead
+    assert cm.step_time([(n, 0, 0)]) == pytest.approx(flops / 1e15 + oh.step_s + oh.per_request_s)
+    fp8 = CostModel(tiny_profile(active_params=10**9, weight_dtype_bytes=1), gpu, tiny_engine())
+    assert fp8.step_time([(n, 0, 0)]) == pytest.approx(flops / 2e15 + oh.step_s + oh.per_request_s)
+    tp2 = CostModel(prof, tiny_gpu(count=2), tiny_engine())
+    comm = 2 * 2 * (costmod.ALLREDUCE_LATENCY_S + 2 * 0.5 * n * 1024 * 2 / 1e11)
+    assert tp2.step_time([(n, 0, 0)]) == pytest.approx(flops / 2e15 + comm + oh.step_s + oh.per_request_s)
+
+
+def test_sliding_window_decode_is_cheaper_than_full_at_long_context():
+    full = tiny_profile()
+    sw = tiny_profile(specs=(SlidingWindowSpec("sw", 2, 1024, window=512),), layer_kinds=("sliding",) * 2)
+    b = [(1, 100_000, 0)] * 64
+    assert CostModel(sw, tiny_gpu(), tiny_engine()).step_time(b) < CostModel(full, tiny_gpu(), tiny_engine()).step_time(b)
+
+
+def test_eager_adds_launch_cost_and_v1_is_cheaper_per_request():
+    prof = tiny_profile(layers=40)
+    b = [(1, 10, 0)]
+    graph = CostModel(prof, tiny_gpu(), tiny_engine()).step_time(b)
+    eager = CostModel(prof, tiny_gpu(), tiny_engine(enforce_eager=True)).step_time(b)
+    assert eager > graph
+    many = [(1, 10, 0)] * 200
+    assert CostModel(prof, tiny_gpu(), tiny_engine(engine_version="v1")).step_time(many) < \
+        CostModel(prof, tiny_gpu(), tiny_engine()).step_time(many)
+    with pytest.raises(ValueError, match="engine_version"):
+        CostModel(prof, tiny_gpu(), tiny_engine(engine_version="v9"))
