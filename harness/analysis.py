@@ -64,10 +64,13 @@ def paper_table(figure: str, gpu: str) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     df = pd.read_csv(PAPER_DIR / fname)
     df = df[df["gpu"] == gpu].copy()
+    if df.empty:
+        return pd.DataFrame(columns=cols)
     if "throughput_req_s" in df:
         base = df[df["system"] == "vllm"].set_index("paper_model")["throughput_req_s"]
         df["paper_throughput"] = df["throughput_req_s"]
-        df["paper_speedup"] = df["throughput_req_s"] / df["paper_model"].map(base)
+        df["paper_speedup"] = df["throughput_req_s"].to_numpy(float) / \
+            df["paper_model"].map(base).to_numpy(float)
     else:
         df["paper_throughput"] = np.nan
         df["paper_speedup"] = df["speedup_vs_vllm"]

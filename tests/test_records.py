@@ -1,0 +1,55 @@
+"""Records: latency/throughput summaries (exact), paths, atomic writes, provenance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.records import (
+    RunResult, load_records, make_record, record_dir, records_table, summarize_requests, write_record, write_trace,
+)
+
+
+def test_summarize_requests_exact():
+    m = summarize_requests(arrival=[0.0, 0.0, 1.0], first_token=[1.0, 2.0, 3.0], finish=[5.0, 6.0, None],
+                           prompt_lens=[10, 20, 30], output_lens=[5, 3, 4])
+    assert m["num_requests"] == 2
+    assert m["makespan_s"] == 6.0
+    assert m["throughput_req_s"] == pytest.approx(2 / 6)
+    assert m["output_tok_s"] == pytest.approx(8 / 6)
+    assert m["total_tok_s"] == pytest.approx(38 / 6)
+    assert m["ttft_mean"] == pytest.approx(1.5)
+    assert m["tpot_mean"] == pytest.approx(((5 - 1) / 4 + (6 - 2) / 2) / 2)
+    assert m["e2e_mean"] == pytest.approx(5.5)
+
+
+def test_record_dir_layout_and_hash():
+    cell = dict(model="m", dataset="d", gpu="h100", system="jenga", backend="sim", seed=3)
+    assert str(record_dir("out", cell)) == "out/sim/h100/m/d/jenga/seed3"
+    a = record_dir("out", cell, ["x=1", "y=2"])
+    assert a == record_dir("out", cell, ["y=2", "x=1"])
+    assert a != record_dir("out", cell, ["x=2"])
+    assert a.name.startswith("seed3-")
+
+
+def test_make_write_load_record(tmp_path):
+    cell = dict(model="m", dataset="d", gpu="h100", system="jenga", backend="sim", seed=0)
+    res = RunResult({"throughput_req_s": 1.5, "waste_breakdown": {"unneeded": 0.1, "fragmentation": 0.0}},
+                    [{"step": 1, "time_s": 0.0}], {"simulated": True, "allocator": "Fake"})
+    rec = make_record(cell, ["a=1"], res, {"model": {"name": "m"}}, 0.1)
+    assert rec["status"] == "ok" and rec["simulated"] is True and rec["allocator"] == "Fake"
+    prov = rec["provenance"]
+    assert {"git_rev", "dirty", "versions", "host", "time", "config"} <= set(prov)
+    assert prov["config"]["model"]["name"] == "m"
+    path = tmp_path / "x" / "record.json"
+    write_record(path, rec)
+    write_trace(tmp_path / "x" / "trace.csv", res.trace)
+    assert json.loads(path.read_text())["throughput_req_s"] == 1.5
+    assert (tmp_path / "x" / "trace.csv").read_text().splitlines()[0] == "step,time_s"
+    assert not list((tmp_path / "x").glob("*.tmp"))
+    (recs,) = load_records(tmp_path)
+    df = records_table([recs])
+    assert df.loc[0, "waste_unneeded"] == 0.1
+    fail = make_record(cell, [], None, {}, 0.0, error="ValueError: boom")
+    assert fail["status"] == "failed" and fail["throughput_req_s"] is None and fail["simulated"] is True
