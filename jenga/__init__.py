@@ -17,9 +17,10 @@ from jenga.spec import (
     VisionEmbeddingSpec,
     page_geometry,
 )
+from jenga.registry import SYSTEM_NAMES, make_manager
 
 __all__ = [
     "ChunkedLocalSpec", "CrossAttentionSpec", "FullAttentionSpec", "ImageSpan", "LayerTypeSpec",
     "MambaSpec", "MemoryManager", "MemoryUsage", "PageGeometry", "RequestView", "SlidingWindowSpec",
-    "SpecError", "TokenDropSpec", "VisionEmbeddingSpec", "page_geometry",
+    "SpecError", "SYSTEM_NAMES", "TokenDropSpec", "VisionEmbeddingSpec", "make_manager", "page_geometry",
 ]

@@ -1,0 +1,88 @@
+"""Baselines with per-type freeing but one page size: MaxPage and HybridGroups (today's vLLM)."""
+
+from __future__ import annotations
+
+import math
+
+from jenga.pages import FlatPagePool
+from jenga.paged import PagedManager, StorageType
+from jenga.policies import MambaPolicy, policy_for
+from jenga.spec import SpecError
+
+
+class _OnePageSize(PagedManager):
+    """Shared flat pool of ``self.page_bytes`` pages and one LRU queue of cached pages."""
+
+    def _make_pool(self, **_):
+        pool = FlatPagePool(len(self.types), self.page_bytes, self.capacity_bytes, self.enable_prefix_cache)
+        if pool.num_pages == 0:
+            raise SpecError(f"capacity_bytes ({self.capacity_bytes}) must hold at least one page "
+                            f"({self.page_bytes} bytes)")
+        return pool
+
+
+class MaxPage(_OnePageSize):
+    """Every type's small page padded to the largest one (the artifact's dummy-layer max page)."""
+
+    system_name = "max_page"
+
+    def _storage_types(self, **_):
+        self.page_bytes = self.geometry.max_small_page_bytes
+        return [StorageType(st.name, st.policy, st.tokens_per_page, self.page_bytes,
+                            st.data_bytes_per_token, st.state_bytes)
+                for st in super()._storage_types()]
+
+
+class HybridGroups(_OnePageSize):
+    """vLLM's hybrid KV cache manager (see vllm_notes.md, ``get_kv_cache_groups``).
+
+    Each layer type's layers are dealt into groups of ``G`` layer slots (``G`` = the smallest type's
+    layer count, or the largest when max < 1.5 x min); a group short of ``G`` real layers is padded.
+    Attention block sizes are raised until the attention page is at least the Mamba page; then
+    every group's page is made the largest page's size: tokens per block scaled by the ratio when
+    it divides, the page padded otherwise (and for Mamba)."""
+
+    system_name = "hybrid_groups"
+
+    def _storage_types(self, **_):
+        tpp = self.tokens_per_page
+        counts = [s.num_layers for s in self.specs]
+        G = max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
+        groups = []  # (spec, index, real layers)
+        for s in self.specs:
+            ng = -(-s.num_layers // G)
+            for i in range(ng):
+                groups.append((s, i, len(range(i, s.num_layers, ng))))
+        mamba_page = max((G * s.state_bytes_per_layer for s, _, _ in groups if not s.token_based), default=0)
+        attn = [s for s, _, _ in groups if s.token_based]
+        block = tpp
+        if mamba_page and attn:
+            widest = max(G * s.bytes_per_token_per_layer for s in attn)
+            block = tpp * max(1, -(-mamba_page // (widest * tpp)))
+        pages = {id(g): (G * g[0].bytes_per_token_per_layer * block if g[0].token_based else mamba_page)
+                 for g in groups}
+        P = max(pages.values())
+        self.page_bytes = P
+        self.group_size = G
+        out = []
+        for g in groups:
+            s, i, real = g
+            name = f"{s.name}/g{i}"
+            if not s.token_based:
+                out.append(StorageType(name, MambaPolicy(s), tpp, P, 0, real * s.state_bytes_per_layer))
+                continue
+            p = pages[id(g)]
+            t = block * (P // p) if P % p == 0 else block
+            bpt = real * s.bytes_per_token_per_layer
+            out.append(StorageType(name, policy_for(s, bytes_per_token=bpt), t, P, bpt))
+        return out
+
+    @property
+    def groups_meta(self) -> list[dict]:
+        """Resolved groups (name, tokens per block, page bytes) for records."""
+        return [{"name": st.name, "tokens_per_page": st.tokens_per_page, "page_bytes": st.page_bytes}
+                for st in self.types]
+
+    def _check_math(self) -> None:  # pragma: no cover - documentation of the invariant
+        assert all(st.page_bytes == self.page_bytes for st in self.types)
+        assert math.gcd(*(st.tokens_per_page for st in self.types)) >= 1

@@ -1,0 +1,60 @@
+"""Content hashes of token blocks, chained: block ``i``'s hash covers the whole prefix ``[0, (i+1)*B)``.
+
+``h_i = xxh3_64(h_{i-1} || image ids in block i || token bytes of block i)``. Tokens are hashed as
+int32 bytes straight from numpy (100k-token prompts cost one pass), computed once per request and
+extended as output tokens arrive. Image ids enter the chain of every block an image touches (its
+tokens for decoder-only VLMs, its placeholder position for cross-attention models), so equal
+placeholder tokens with different images never collide.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xxhash
+
+
+class BlockHasher:
+    """Lazily extended chain of block hashes for one request."""
+
+    __slots__ = ("block", "_prompt", "_out", "_images", "hashes")
+
+    def __init__(self, prompt_token_ids, output_token_ids, images, block: int):
+        self.block = block
+        arr = np.asarray(prompt_token_ids)
+        self._prompt = arr.astype(np.int32, copy=False) if arr.dtype != np.int32 else arr
+        self._out = output_token_ids
+        # (start, end, image_id) position spans that mix an image id into the chain.
+        self._images = [(im.offset, im.offset + max(1, im.num_tokens), im.image_id) for im in images]
+        self.hashes: list[int] = []
+
+    def _known(self) -> int:
+        return len(self._prompt) + len(self._out)
+
+    def _tokens(self, lo: int, hi: int) -> bytes:
+        n = len(self._prompt)
+        if hi <= n:
+            return self._prompt[lo:hi].tobytes()
+        head = self._prompt[lo:n] if lo < n else self._prompt[:0]
+        tail = np.asarray(self._out[max(lo, n) - n:hi - n], dtype=np.int32)
+        return head.tobytes() + tail.tobytes()
+
+    def hash_at(self, end: int) -> int | None:
+        """Hash of the prefix ``[0, end)`` (``end`` a multiple of the block), None if those tokens
+        are not known yet."""
+        B = self.block
+        i = end // B - 1
+        if i < len(self.hashes):
+            return self.hashes[i]
+        if end > self._known():
+            return None
+        h = self.hashes[-1] if self.hashes else 0
+        for j in range(len(self.hashes), i + 1):
+            lo, hi = j * B, (j + 1) * B
+            x = xxhash.xxh3_64(h.to_bytes(8, "little"))
+            for a, b, img in self._images:
+                if a < hi and b > lo:
+                    x.update(int(img).to_bytes(8, "little", signed=True))
+            x.update(self._tokens(lo, hi))
+            h = x.intdigest()
+            self.hashes.append(h)
+        return self.hashes[i]

@@ -1,0 +1,372 @@
+"""Page pools: the mechanism half of every allocator (which bytes belong to whom).
+
+- :class:`LcmPagePool` -- Jenga's two-level allocator. Memory is cut into *large pages* of
+  LCM(small-page sizes); a large page is carved into small pages of one type at a time and goes back
+  to the shared pool when all its small pages are free. Request-aware: a large page is tied to the
+  request that took it, so that request's later small pages fill it first (paper §4.3). With the
+  prefix cache on, allocation follows the paper's five steps (§5.4).
+- :class:`FlatPagePool` -- one page size for every type (PagedAttention, max-page, today's vLLM
+  hybrid groups): a free stack and one shared LRU queue of cached pages.
+- :class:`PartitionedPool` -- a fixed flat pool per type (the static-partition baseline).
+
+A small page is identified by ``(type index, sid)``. Its state is *used* (some request holds it;
+reference counts live in the manager), *cached* (holds prefix-cache content, evictable) or *empty*.
+Pools call ``on_evict(t, sid)`` before reusing a cached page so the manager can drop its hash.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from jenga.evictor import LargePageLRU, PrefixSubsetEvictor
+from jenga.policies import cdiv
+
+EvictHook = Callable[[int, int], None]
+
+
+class LcmPagePool:
+    """Two-level LCM allocator over ``capacity_bytes``; ``page_bytes[t]`` = small page of type t."""
+
+    def __init__(self, page_bytes: list[int], capacity_bytes: int, request_aware: bool = True,
+                 enable_cache: bool = False):
+        self.page_bytes = list(page_bytes)
+        self.large_page_bytes = math.lcm(*page_bytes)
+        self.ratio = [self.large_page_bytes // p for p in page_bytes]
+        self.capacity_bytes = capacity_bytes
+        self.num_large = capacity_bytes // self.large_page_bytes
+        self.request_aware = request_aware
+        n, nt = self.num_large, len(page_bytes)
+        self.free_large = list(range(n - 1, -1, -1))
+        self.lp_type = [-1] * n
+        self.lp_owner: list[object] = [None] * n
+        self.lp_used = [0] * n
+        self.lp_cached = [0] * n
+        self.lp_slots: list[list[int] | None] = [None] * n
+        self.partial: list[dict[int, None]] = [{} for _ in range(nt)]
+        self.owner_partial: dict[tuple[int, object], dict[int, None]] = {}
+        self.owner_lps: dict[object, set[int]] = {}
+        self.nfree_slots = [0] * nt
+        self.used = [0] * nt
+        self.cached = [0] * nt
+        self.evictor = PrefixSubsetEvictor(nt) if enable_cache else None
+        self.large_lru = LargePageLRU() if enable_cache else None
+        self.evl_cached = [0] * nt  # cached small pages inside evictable large pages
+        self.on_evict: EvictHook = lambda t, sid: None
+        self.path_counts = {k: 0 for k in ("request_hit", "new_large", "evict_large", "steal",
+                                           "any_free_small", "evict_small")}
+
+    # -- queries -------------------------------------------------------------------------------------
+    def page_offset(self, t: int, sid: int) -> int:
+        r = self.ratio[t]
+        return (sid // r) * self.large_page_bytes + (sid % r) * self.page_bytes[t]
+
+    def stranded_bytes(self) -> int:
+        """Free bytes only one type can use (free small pages in partly used large pages), plus the
+        tail of the capacity that is not a whole large page."""
+        tail = self.capacity_bytes - self.num_large * self.large_page_bytes
+        return tail + sum(n * p for n, p in zip(self.nfree_slots, self.page_bytes))
+
+    @property
+    def large_pages_used(self) -> int:
+        return self.num_large - len(self.free_large)
+
+    def can_fit(self, demand: dict[int, int]) -> bool:
+        """Conservative: True only if the pages in ``demand`` (type -> count) surely fit."""
+        avail = len(self.free_large) + (len(self.large_lru) if self.large_lru is not None else 0)
+        need = 0
+        for t, n in demand.items():
+            have = self.nfree_slots[t]
+            if self.evictor is not None:
+                have += self.cached[t] - self.evl_cached[t]
+            if n > have:
+                need += cdiv(n - have, self.ratio[t])
+        return need <= avail
+
+    # -- allocation ----------------------------------------------------------------------------------
+    def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
+        """One small page of type ``t`` for ``owner`` (a request id), or None if nothing is left.
+        ``tight`` prefers existing small pages over new large pages (used when retrying an
+        allocation that must not waste large pages)."""
+        aware = self.request_aware
+        if aware:
+            sid = self._from_dict(self.owner_partial.get((t, owner)), t, "request_hit")
+            if sid is not None:
+                return sid
+        order = ("any", "evict_small", "new", "evict_large") if (tight or not aware) else \
+            ("new", "evict_large", "any", "evict_small")
+        for step in order:
+            if step == "new" and self.free_large:
+                self.path_counts["new_large"] += 1
+                return self._take_slot(self._new_large(t, owner if aware else None), t)
+            if step == "evict_large" and self.large_lru is not None and len(self.large_lru):
+                lp = self.large_lru.peek_lru()
+                self._evict_large(lp)
+                self.path_counts["evict_large"] += 1
+                return self._take_slot(self._new_large(t, owner if aware else None), t)
+            if step == "any" and self.partial[t]:
+                lp = next(reversed(self.partial[t]))
+                other = self.lp_owner[lp]
+                self.path_counts["steal" if other is not None and other != owner else "any_free_small"] += 1
+                return self._take_slot(lp, t)
+            if step == "evict_small" and self.evictor is not None and self.evictor.count(t):
+                _, sid = self.evictor.peek_lru(t)
+                self._evict_small(t, sid)
+                self.path_counts["evict_small"] += 1
+                return sid
+        return None
+
+    def _from_dict(self, d: dict | None, t: int, path: str) -> int | None:
+        if not d:
+            return None
+        lp = next(reversed(d))
+        self.path_counts[path] += 1
+        return self._take_slot(lp, t)
+
+    def _new_large(self, t: int, owner: object) -> int:
+        lp = self.free_large.pop()
+        r = self.ratio[t]
+        self.lp_type[lp] = t
+        self.lp_owner[lp] = owner
+        self.lp_slots[lp] = list(range(r - 1, -1, -1))
+        self.nfree_slots[t] += r
+        self.partial[t][lp] = None
+        if owner is not None:
+            self.owner_partial.setdefault((t, owner), {})[lp] = None
+            self.owner_lps.setdefault(owner, set()).add(lp)
+        return lp
+
+    def _take_slot(self, lp: int, t: int) -> int:
+        slots = self.lp_slots[lp]
+        s = slots.pop()
+        self.nfree_slots[t] -= 1
+        self.lp_used[lp] += 1
+        self.used[t] += 1
+        if not slots:
+            self._unlist_partial(lp, t)
+        return lp * self.ratio[t] + s
+
+    def _unlist_partial(self, lp: int, t: int) -> None:
+        self.partial[t].pop(lp, None)
+        owner = self.lp_owner[lp]
+        if owner is not None:
+            d = self.owner_partial.get((t, owner))
+            if d is not None:
+                d.pop(lp, None)
+                if not d:
+                    del self.owner_partial[(t, owner)]
+
+    def _return_slot(self, lp: int, t: int, s: int) -> None:
+        slots = self.lp_slots[lp]
+        slots.append(s)
+        self.nfree_slots[t] += 1
+        if self.lp_used[lp] + self.lp_cached[lp] == 0:
+            self._release_large(lp, t)
+        elif len(slots) == 1:
+            self.partial[t][lp] = None
+            owner = self.lp_owner[lp]
+            if owner is not None:
+                self.owner_partial.setdefault((t, owner), {})[lp] = None
+
+    def _release_large(self, lp: int, t: int) -> None:
+        self._unlist_partial(lp, t)
+        self.nfree_slots[t] -= self.ratio[t]
+        owner = self.lp_owner[lp]
+        if owner is not None:
+            self.owner_lps[owner].discard(lp)
+        self.lp_owner[lp] = None
+        self.lp_slots[lp] = None
+        self.lp_type[lp] = -1
+        self.free_large.append(lp)
+
+    # -- state changes -------------------------------------------------------------------------------
+    def free(self, t: int, sid: int) -> None:
+        """A used page becomes empty."""
+        lp, s = divmod(sid, self.ratio[t])
+        self.lp_used[lp] -= 1
+        self.used[t] -= 1
+        self._return_slot(lp, t, s)
+
+    def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
+        """A used page becomes cached (evictable) with eviction key (ts, plen)."""
+        lp = sid // self.ratio[t]
+        self.lp_used[lp] -= 1
+        self.used[t] -= 1
+        self.lp_cached[lp] += 1
+        self.cached[t] += 1
+        self.evictor.add(t, sid, ts, plen)
+        if self.lp_used[lp] == 0:
+            base, ev = lp * self.ratio[t], self.evictor
+            newest = max(ev.timestamp(t, base + s) for s in range(self.ratio[t]) if ev.contains(t, base + s))
+            self.large_lru.set(lp, newest)
+            self.evl_cached[t] += self.lp_cached[lp]
+
+    def from_cached(self, t: int, sid: int) -> tuple[int, int]:
+        """A cached page is hit: it becomes used. Returns its old eviction key (ts, plen)."""
+        lp = sid // self.ratio[t]
+        self._lru_discard(lp, t)
+        key = self.evictor.remove(t, sid)
+        self.lp_cached[lp] -= 1
+        self.cached[t] -= 1
+        self.lp_used[lp] += 1
+        self.used[t] += 1
+        return key
+
+    def _lru_discard(self, lp: int, t: int) -> None:
+        if lp in self.large_lru:
+            self.large_lru.discard(lp)
+            self.evl_cached[t] -= self.lp_cached[lp]
+
+    def _evict_small(self, t: int, sid: int) -> None:
+        """Evict a cached page and hand it, used, to the caller."""
+        self.from_cached(t, sid)
+        self.on_evict(t, sid)
+
+    def _evict_large(self, lp: int) -> None:
+        t = self.lp_type[lp]
+        self._lru_discard(lp, t)
+        base = lp * self.ratio[t]
+        for s in range(self.ratio[t]):
+            if self.evictor.contains(t, base + s):
+                self.evictor.remove(t, base + s)
+                self.on_evict(t, base + s)
+                self.cached[t] -= 1
+        self.lp_cached[lp] = 0
+        self._release_large(lp, t)
+
+    def release_owner(self, owner: object) -> None:
+        """The request is gone: its large pages are no longer tied to it."""
+        for lp in self.owner_lps.pop(owner, ()):
+            t = self.lp_type[lp]
+            self.lp_owner[lp] = None
+            self.owner_partial.pop((t, owner), None)
+
+
+class FlatPagePool:
+    """Equal-size pages shared by every type; one free stack and one LRU queue of cached pages."""
+
+    def __init__(self, num_types: int, page_bytes: int, capacity_bytes: int, enable_cache: bool = False,
+                 base_offset: int = 0):
+        self.page_bytes_flat = page_bytes
+        self.page_bytes = [page_bytes] * num_types
+        self.capacity_bytes = capacity_bytes
+        self.num_pages = capacity_bytes // page_bytes
+        self.base_offset = base_offset
+        self.free_pages = list(range(self.num_pages - 1, -1, -1))
+        self.used = [0] * num_types
+        self.cached = [0] * num_types
+        self.evictor = PrefixSubsetEvictor(num_types, per_type=False) if enable_cache else None
+        self.on_evict: EvictHook = lambda t, sid: None
+        self.path_counts = {"new_page": 0, "evict": 0}
+
+    large_page_bytes = property(lambda self: self.page_bytes_flat)
+    num_large = property(lambda self: self.num_pages)
+    large_pages_used = property(lambda self: self.num_pages - len(self.free_pages))
+
+    def page_offset(self, t: int, sid: int) -> int:
+        return self.base_offset + sid * self.page_bytes_flat
+
+    def stranded_bytes(self) -> int:
+        return self.capacity_bytes - self.num_pages * self.page_bytes_flat
+
+    def can_fit(self, demand: dict[int, int]) -> bool:
+        return sum(demand.values()) <= len(self.free_pages) + (len(self.evictor) if self.evictor else 0)
+
+    def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
+        if self.free_pages:
+            self.path_counts["new_page"] += 1
+            self.used[t] += 1
+            return self.free_pages.pop()
+        if self.evictor is not None and len(self.evictor):
+            t0, sid = self.evictor.peek_lru()
+            self.evictor.remove(t0, sid)
+            self.cached[t0] -= 1
+            self.on_evict(t0, sid)
+            self.used[t] += 1
+            self.path_counts["evict"] += 1
+            return sid
+        return None
+
+    def free(self, t: int, sid: int) -> None:
+        self.used[t] -= 1
+        self.free_pages.append(sid)
+
+    def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
+        self.used[t] -= 1
+        self.cached[t] += 1
+        self.evictor.add(t, sid, ts, plen)
+
+    def from_cached(self, t: int, sid: int) -> tuple[int, int]:
+        key = self.evictor.remove(t, sid)
+        self.cached[t] -= 1
+        self.used[t] += 1
+        return key
+
+    def release_owner(self, owner: object) -> None:
+        return None
+
+
+class PartitionedPool:
+    """One :class:`FlatPagePool` per type, sized once at start (static partition)."""
+
+    def __init__(self, page_bytes: list[int], shares_bytes: list[int], capacity_bytes: int,
+                 enable_cache: bool = False):
+        nt = len(page_bytes)
+        self.page_bytes = list(page_bytes)
+        self.capacity_bytes = capacity_bytes
+        self.pools: list[FlatPagePool] = []
+        base = 0
+        for t in range(nt):
+            self.pools.append(FlatPagePool(nt, page_bytes[t], shares_bytes[t], enable_cache, base))
+            base += shares_bytes[t]
+        self._tail = capacity_bytes - base
+        self.large_page_bytes = max(page_bytes)
+        self._on_evict: EvictHook = lambda t, sid: None
+
+    @property
+    def on_evict(self) -> EvictHook:
+        return self._on_evict
+
+    @on_evict.setter
+    def on_evict(self, fn: EvictHook) -> None:
+        self._on_evict = fn
+        for p in self.pools:
+            p.on_evict = fn
+
+    used = property(lambda self: [p.used[t] for t, p in enumerate(self.pools)])
+    cached = property(lambda self: [p.cached[t] for t, p in enumerate(self.pools)])
+    num_large = property(lambda self: sum(p.num_pages for p in self.pools))
+    large_pages_used = property(lambda self: sum(p.large_pages_used for p in self.pools))
+
+    @property
+    def path_counts(self) -> dict[str, int]:
+        out = {"new_page": 0, "evict": 0}
+        for p in self.pools:
+            for k, v in p.path_counts.items():
+                out[k] += v
+        return out
+
+    def page_offset(self, t: int, sid: int) -> int:
+        return self.pools[t].page_offset(t, sid)
+
+    def stranded_bytes(self) -> int:
+        """A partition's idle pages only its own type can use: all free bytes are stranded."""
+        return self._tail + sum(p.stranded_bytes() + len(p.free_pages) * p.page_bytes_flat for p in self.pools)
+
+    def can_fit(self, demand: dict[int, int]) -> bool:
+        return all(self.pools[t].can_fit({t: n}) for t, n in demand.items())
+
+    def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
+        return self.pools[t].alloc(t, owner)
+
+    def free(self, t: int, sid: int) -> None:
+        self.pools[t].free(t, sid)
+
+    def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
+        self.pools[t].to_cached(t, sid, ts, plen)
+
+    def from_cached(self, t: int, sid: int) -> tuple[int, int]:
+        return self.pools[t].from_cached(t, sid)
+
+    def release_owner(self, owner: object) -> None:
+        return None
