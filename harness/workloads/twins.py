@@ -146,7 +146,7 @@ def assemble_arxiv(groups: list[list[int]], num_requests: int, questions_per_art
                    output_len: int, max_len: int | None, g: np.random.Generator) -> list[Request]:
     """The AE recipe: per group, concatenate its articles while prompt + output <= max_len; ask the
     first ``questions_per_article`` questions (prompt = articles + question); skip a group whose
-    questions do not fit; shuffle all requests. Shared by the twin and the real loader."""
+    first article or questions do not fit; shuffle all requests. Shared by the twin and the real loader."""
     q = questions_per_article
     want_groups = math.ceil(num_requests / q)
     reqs: list[Request] = []
@@ -161,7 +161,11 @@ def assemble_arxiv(groups: list[list[int]], num_requests: int, questions_per_art
                 break
             parts.append(ids)
             cur += len(ids)
-        prefix = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+        if not parts:
+            # Not even the first article fits: skip the group (the AE would loop forever on a
+            # too-long single article, or send question-only prompts for a too-long group head).
+            continue
+        prefix = np.concatenate(parts)
         qs = [question(k) for k in range(q)]
         if max_len is not None and any(cur + len(x) + output_len > max_len for x in qs):
             continue
