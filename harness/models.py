@@ -201,24 +201,22 @@ def _specs(m: dict, kinds: list[str]) -> tuple[list[LayerTypeSpec], dict]:
 
 
 def _token_drop_specs(m: dict, kinds: list[str], per_layer: int, extra: dict) -> list[LayerTypeSpec]:
-    """Bucket token-drop layers by keep ratio; each bucket keeps its largest ratio (never fewer
-    tokens than any of its layers needs). Layers keeping everything are plain full attention."""
+    """Bucket token-drop layers by keep ratio into ``num_buckets`` equal-sized TokenDropSpecs; each
+    bucket keeps its largest ratio (never fewer tokens than any of its layers needs). Equal bucket
+    sizes keep the small pages equal, so the LCM large page stays one small page (as in the artifact,
+    where max-page == Jenga for PyramidKV)."""
     td = m["token_drop"]
     ratios = token_drop_keep_ratios(m)
     layers = [i for i, k in enumerate(kinds) if k == "token_drop"]
     extra["token_drop_keep_ratios"] = [round(ratios[i], 6) for i in layers]
-    keep_all = [i for i in layers if ratios[i] >= 1.0 - 1e-9]
-    drop = sorted((i for i in layers if i not in keep_all), key=lambda i: -ratios[i])
+    order = sorted(layers, key=lambda i: -ratios[i])
+    nb = max(1, min(td["num_buckets"], len(order)))
     specs: list[LayerTypeSpec] = []
-    if keep_all:
-        specs.append(FullAttentionSpec("token_drop_keep_all", len(keep_all), per_layer))
-    nb = max(1, min(td["num_buckets"], len(drop)))
     for b in range(nb):
-        chunk = drop[b * len(drop) // nb:(b + 1) * len(drop) // nb]
-        if chunk:
-            ratio = max(ratios[i] for i in chunk)
-            specs.append(TokenDropSpec(f"token_drop_{b}", len(chunk), per_layer, keep_ratio=round(ratio, 6),
-                                       min_tokens=td["min_tokens"], sink=td["sink"]))
+        chunk = order[b * len(order) // nb:(b + 1) * len(order) // nb]
+        ratio = min(1.0, round(max(ratios[i] for i in chunk), 6))
+        specs.append(TokenDropSpec(f"token_drop_{b}", len(chunk), per_layer, keep_ratio=ratio,
+                                   min_tokens=td["min_tokens"], sink=td["sink"]))
     return specs
 
 

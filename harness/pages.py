@@ -1,0 +1,155 @@
+"""Page geometry of one model or the whole zoo (the paper's §4.4 compatibility table).
+
+    python -m harness.pages model=jamba_1_5_mini [tokens_per_page=16]
+    python -m harness.pages                 # or model=all: one row per model of the zoo
+
+Per layer type: layers (storing / computing), bytes per token, small-page bytes; the LCM large page
+and each type's large/small ratio; and the MAX-page alternative: the tokens per page a token-based
+type would need for its page to reach the largest small page (no padding). For Mamba models it
+also shows the artifact's layout, where the conv and SSM states are separate types.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+
+from harness.config import ConfigError, compose_cell, options
+from harness.models import load_profile
+from harness.profile import ModelProfile
+from jenga.spec import page_geometry
+
+
+@dataclass(frozen=True)
+class TypeRow:
+    name: str
+    kind: str
+    layers: int
+    compute_layers: int
+    bytes_per_token: int | None     # None for state-based types
+    small_page_bytes: int
+    ratio: int                      # large page / small page
+    max_page_tokens: int | None     # tokens per page matching the largest small page
+
+
+@dataclass(frozen=True)
+class Geometry:
+    model: str
+    tokens_per_page: int
+    rows: tuple[TypeRow, ...]
+    large_page_bytes: int
+
+    @property
+    def max_ratio(self) -> int:
+        return max(r.ratio for r in self.rows)
+
+    @property
+    def max_page_tokens(self) -> int:
+        return max((r.max_page_tokens or 0) for r in self.rows)
+
+
+def geometry(profile: ModelProfile, tokens_per_page: int = 16) -> Geometry:
+    """LCM page geometry of a profile's specs."""
+    geo = page_geometry(profile.specs, tokens_per_page)
+    biggest = geo.max_small_page_bytes
+    rows = []
+    for s in profile.specs:
+        small = geo.small_page_bytes[s.name]
+        rows.append(TypeRow(
+            name=s.name, kind=s.kind, layers=s.num_layers, compute_layers=s.num_compute_layers or s.num_layers,
+            bytes_per_token=s.bytes_per_token if s.token_based else None, small_page_bytes=small,
+            ratio=geo.small_pages_per_large(s.name),
+            max_page_tokens=math.ceil(tokens_per_page * biggest / small) if s.token_based else None))
+    return Geometry(profile.name, tokens_per_page, tuple(rows), geo.large_page_bytes)
+
+
+def split_mamba_ratio(profile: ModelProfile, tokens_per_page: int = 16) -> tuple[int, int] | None:
+    """(attention large/small ratio, MAX-page tokens) when conv and SSM states are separate types, as
+    in the artifact's ``LinearAttentionManager`` (``i-conv``/``i-ssm`` layers). None if no Mamba."""
+    mamba = [s for s in profile.specs if s.kind == "mamba"]
+    if not mamba:
+        return None
+    n = mamba[0].num_layers
+    pages = [s.small_page_bytes(tokens_per_page) for s in profile.specs if s.kind != "mamba"]
+    attn = min(pages)
+    states = [profile.extra["mamba_conv_bytes_per_layer"] * n, profile.extra["mamba_ssm_bytes_per_layer"] * n]
+    large = math.lcm(*pages, *states)
+    return large // attn, math.ceil(tokens_per_page * max(states) / attn)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}" if n % size else f"{n // size} {unit}"
+    return f"{n} B"
+
+
+def describe(profile: ModelProfile, tokens_per_page: int = 16) -> str:
+    """The per-model table as text."""
+    g = geometry(profile, tokens_per_page)
+    lines = [f"model {profile.name}  ({profile.hf_id}); {tokens_per_page} tokens per small page",
+             (f"{'type':<22}{'kind':<18}{'layers':>10}{'bytes/token':>14}{'small page':>14}{'large/small':>13}"
+             f"{'MAX-page tokens/page':>22}")]
+    for r in g.rows:
+        layers = f"{r.layers}" if r.layers == r.compute_layers else f"{r.layers}/{r.compute_layers}"
+        bpt = "state" if r.bytes_per_token is None else str(r.bytes_per_token)
+        mpt = "-" if r.max_page_tokens is None else str(r.max_page_tokens)
+        lines.append(f"{r.name:<22}{r.kind:<18}{layers:>10}{bpt:>14}{r.small_page_bytes:>14}{r.ratio:>12}x"
+                     f"{mpt:>22}")
+    lines.append(f"LCM large page: {g.large_page_bytes} bytes ({_fmt_bytes(g.large_page_bytes)}); "
+                 f"largest large/small ratio {g.max_ratio}x")
+    split = split_mamba_ratio(profile, tokens_per_page)
+    if split:
+        lines.append(f"artifact layout (conv and SSM states as separate types): attention large/small "
+                     f"ratio {split[0]}x (a large page = {split[0] * tokens_per_page} attention tokens), "
+                     f"MAX-page tokens/page {split[1]}")
+    if any(r.layers != r.compute_layers for r in g.rows):
+        lines.append("layers shown as storing/computing: cross-layer KV sharing stores one cache per group")
+    return "\n".join(lines)
+
+
+def zoo_table(tokens_per_page: int = 16) -> str:
+    """One row per model: types, LCM large page, largest ratio, MAX-page tokens per page."""
+    lines = [(f"{'model':<26}{'types':<52}{'large page':>14}{'max ratio':>11}{'MAX-page tok/page':>19}"
+             f"{'  artifact layout':>20}")]
+    for name in options("model"):
+        prof = load_profile(compose_cell([f"model={name}"]).model)
+        g = geometry(prof, tokens_per_page)
+        types = ",".join(f"{r.kind}x{r.layers}" for r in g.rows)
+        split = split_mamba_ratio(prof, tokens_per_page)
+        extra = f"{split[0]}x = {split[0] * tokens_per_page} tok" if split else ""
+        lines.append(f"{name:<26}{types:<52}{_fmt_bytes(g.large_page_bytes):>14}{g.max_ratio:>10}x"
+                     f"{g.max_page_tokens:>19}{extra:>20}")
+    return "\n".join(lines)
+
+
+def _args(argv: list[str]) -> dict[str, str]:
+    out = {}
+    for a in argv:
+        if "=" not in a:
+            raise ConfigError(f"arguments are key=value (model=<name>, tokens_per_page=16); got {a!r}")
+        k, v = a.split("=", 1)
+        if k not in ("model", "tokens_per_page"):
+            raise ConfigError(f"unknown argument {k!r}; allowed: ['model', 'tokens_per_page']")
+        out[k] = v
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _args(sys.argv[1:] if argv is None else argv)
+        tpp = int(args.get("tokens_per_page", 16))
+        model = args.get("model", "all")
+        if model == "all":
+            print(zoo_table(tpp))
+        else:
+            print(describe(load_profile(compose_cell([f"model={model}"]).model), tpp))
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
