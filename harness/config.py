@@ -260,6 +260,9 @@ def _missing(cfg: DictConfig, choices: dict[str, str]) -> None:
         raise ConfigError(f"missing mandatory value {key!r} (set it in {src}); all missing: {missing}")
 
 
+_INITIALIZED_DIR: str | None = None
+
+
 def compose_cell(overrides: list[str] | tuple[str, ...] = (), conf_dir: str | Path | None = None) -> DictConfig:
     """Compose one cell config with Hydra's compose API.
 
@@ -280,11 +283,16 @@ def compose_cell(overrides: list[str] | tuple[str, ...] = (), conf_dir: str | Pa
             value = ov.split("=", 1)[1]
             if value not in options(head, conf):
                 raise ConfigError(f"unknown {head} {value!r}; valid {head} names: {options(head, conf)}")
+    global _INITIALIZED_DIR
     try:
-        if GlobalHydra.instance().is_initialized():
-            GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        gh = GlobalHydra.instance()
+        # Initialising Hydra costs more than composing; keep it while the config dir is ours.
+        if not (gh.is_initialized() and _INITIALIZED_DIR == str(conf)):
+            if gh.is_initialized():
+                gh.clear()
+            initialize_config_dir(config_dir=str(conf), version_base="1.3")
+            _INITIALIZED_DIR = str(conf)
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_explain(exc)) from exc
     choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items() if k in GROUPS}

@@ -1,0 +1,146 @@
+"""Cell composition: every experiment cell composes in smoke mode; bad input names key, file, values."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.config import CONF_DIR, GROUPS, ConfigError, compose_cell, options
+from harness.models import load_profile
+from harness.workloads import build_workload
+
+REPO = Path(__file__).resolve().parent.parent
+RESERVED = ("systems", "baseline", "gpus", "per_gpu")
+
+
+def _fmt(v):
+    if isinstance(v, bool):
+        return str(v).lower()
+    return str(v)
+
+
+def _cells(path: Path, gpu: str):
+    exp = yaml.safe_load(path.read_text())
+    for cell in exp["cells"]:
+        if cell.get("gpus") and gpu not in cell["gpus"]:
+            continue
+        ov = [f"{k}={_fmt(v)}" for k, v in cell.items() if k not in RESERVED]
+        ov += [f"{k}={_fmt(v)}" for k, v in (cell.get("per_gpu") or {}).get(gpu, {}).items()]
+        for system in cell.get("systems") or exp["systems"]:
+            yield [f"gpu={gpu}", *ov, f"system={system}", "mode=smoke"]
+
+
+@pytest.mark.parametrize("exp", ["fig13", "fig14"])
+@pytest.mark.parametrize("gpu", ["h100", "l4"])
+def test_every_experiment_cell_composes_in_smoke_mode(exp, gpu):
+    """Every cell x system on H100; on L4 every cell once (its systems are the same option names,
+    composed on H100 already): a Hydra composition costs ~0.1-0.2 s. Each model's profile and
+    smoke workload are built once."""
+    done_cells, done_models = set(), set()
+    for ov in _cells(REPO / "experiments" / f"{exp}.yaml", gpu):
+        cell = tuple(o for o in ov if not o.startswith("system="))
+        if gpu != "h100" and cell in done_cells:
+            continue
+        done_cells.add(cell)
+        cfg = compose_cell(ov)
+        assert cfg.mode.name == "smoke" and cfg.gpu.name == gpu
+        if cfg.model.name in done_models:
+            continue
+        done_models.add(cfg.model.name)
+        assert load_profile(cfg.model).weight_bytes > 0
+        reqs = build_workload(cfg)
+        assert 0 < len(reqs) <= cfg.mode.max_requests
+        assert all(r.output_len <= cfg.mode.max_output_len for r in reqs)
+    assert len(done_models) >= 6
+
+
+def test_fig_cells_carry_the_artifact_settings():
+    fig14 = {c["model"]: c for c in yaml.safe_load((REPO / "experiments/fig14.yaml").read_text())["cells"]}
+    assert fig14["llama3_2_11b_vision"]["engine.max_num_seqs"] == 52
+    assert fig14["llama3_2_11b_vision"]["engine.enforce_eager"] is True
+    assert fig14["jamba_1_5_mini"]["engine.max_num_seqs"] == 1024
+    assert fig14["jamba_1_5_mini"]["gpu.count"] == 4
+    assert fig14["jamba_1_5_mini"]["baseline"] == "static_partition"
+    assert "vllm" not in fig14["jamba_1_5_mini"]["systems"]
+    assert fig14["character_70b_fp8"]["engine.gpu_memory_utilization"] == 0.937
+    assert fig14["character_70b_fp8"]["engine.max_model_len"] == 65536
+    assert fig14["ministral_8b"]["dataset.max_len"] == 80000
+    assert fig14["gemma3_12b"]["dataset.max_len"] == 90000
+    assert fig14["llama4_scout"]["gpu.count"] == 8
+    assert fig14["pyramidkv_70b_fp8"]["engine.max_model_len"] == 2048
+    assert {c["engine.engine_version"] for c in fig14.values()} == {"v0", "v1"}
+    assert len(fig14) == 8
+    assert len(yaml.safe_load((REPO / "experiments/fig13.yaml").read_text())["cells"]) == 7
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_group_option_composes(group):
+    # The whole model zoo is composed by tests/test_models.py; here the small groups.
+    for name in options(group) if group != "model" else ["llama3_2_11b_vision"]:
+        cfg = compose_cell([f"{group}={name}"])
+        assert cfg[group].name == name
+
+
+@pytest.mark.parametrize("group", ["model", "dataset", "gpu", "system"])
+def test_unknown_name_lists_valid_ones(group):
+    with pytest.raises(ConfigError) as e:
+        compose_cell([f"{group}=no_such_thing"])
+    msg = str(e.value)
+    assert "no_such_thing" in msg
+    assert all(name in msg for name in options(group))
+
+
+def test_ill_typed_override_names_the_key():
+    with pytest.raises(ConfigError, match=r"engine\.max_num_seqs"):
+        compose_cell(["engine.max_num_seqs=lots"])
+
+
+def test_enumerated_values_are_checked():
+    with pytest.raises(ConfigError, match=r"engine\.engine_version='v9'.*\['v0', 'v1'\]"):
+        compose_cell(["engine.engine_version=v9"])
+    with pytest.raises(ConfigError, match=r"dataset\.source='web'"):
+        compose_cell(["dataset.source=web"])
+
+
+@pytest.fixture()
+def conf_copy(tmp_path):
+    dst = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, dst)
+    return dst
+
+
+def test_ill_typed_field_in_a_file_names_key_and_file(conf_copy):
+    f = conf_copy / "model" / "llama3_1_8b.yaml"
+    f.write_text(f.read_text().replace("hidden_size: 4096", "hidden_size: wide"))
+    with pytest.raises(ConfigError) as e:
+        compose_cell(["model=llama3_1_8b"], conf_dir=conf_copy)
+    assert "model.hidden_size" in str(e.value)
+    assert "harness/conf/model/llama3_1_8b.yaml" in str(e.value)
+
+
+def test_missing_field_names_key_and_file(conf_copy):
+    f = conf_copy / "gpu" / "l4.yaml"
+    f.write_text("\n".join(line for line in f.read_text().splitlines() if not line.startswith("mbu:")))
+    with pytest.raises(ConfigError) as e:
+        compose_cell(["gpu=l4"], conf_dir=conf_copy)
+    assert "gpu.mbu" in str(e.value) and "harness/conf/gpu/l4.yaml" in str(e.value)
+
+
+def test_misspelled_key_in_a_file_is_rejected(conf_copy):
+    f = conf_copy / "dataset" / "sharegpt.yaml"
+    f.write_text(f.read_text() + "num_request: 5\n")
+    with pytest.raises(ConfigError, match=r"num_request.*\n?.*|harness/conf/dataset/sharegpt.yaml"):
+        compose_cell(["dataset=sharegpt"], conf_dir=conf_copy)
+
+
+def test_gpu_datasheet_values():
+    h100, l4, h200 = (compose_cell([f"gpu={g}"]).gpu for g in ("h100", "l4", "h200"))
+    assert h100.peak_bf16_flops == pytest.approx(989.4e12) and h100.peak_fp8_flops == pytest.approx(1978.9e12)
+    assert h100.hbm_bytes_per_s == pytest.approx(3.35e12)
+    assert l4.peak_bf16_flops == pytest.approx(121e12) and l4.hbm_bytes_per_s == pytest.approx(300e9)
+    assert h200.hbm_bytes_per_s == pytest.approx(4.8e12)
+    assert l4.memory_bytes < h100.memory_bytes < h200.memory_bytes
+    assert 22 * 2**30 < l4.memory_bytes < 24e9 and 79 * 2**30 < h100.memory_bytes <= 80 * 2**30
