@@ -98,7 +98,7 @@ class ModelConf:
     rope_theta: float = 10000.0
     rope_scaling: dict[str, Any] | None = None
     total_params: int | None = MISSING  # published total (LM + vision); null = estimated from shapes
-    active_params: int | None = None  # per token; null = total_params
+    active_params: int | None = None  # LM params per token (MoE: top-k + shared; no vision tower); null = computed
     # Layer kinds: `layer_pattern` repeats to num_layers; `layer_indices` then sets explicit layers.
     # Kinds: full, sliding, chunked, mamba, cross, token_drop.
     layer_pattern: list[str] = field(default_factory=lambda: ["full"])

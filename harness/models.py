@@ -151,7 +151,7 @@ def estimate_params(model_cfg: Any) -> ParamEstimate:
     vision = ((m.get("vision") or {}).get("encoder_params") or 0) + \
         int((m.get("extra") or {}).get("vision_tower_params", 0))
     total += emb + head + h + vision
-    active += emb + head + h + vision
+    active += emb + head + h  # the vision tower runs per image, not per token
     return ParamEstimate(total=total, active=active, embedding=emb, vision=vision)
 
 
@@ -228,7 +228,10 @@ def load_profile(model_cfg: Any) -> ModelProfile:
     specs, extra = _specs(m, kinds)
     est = estimate_params(m)
     total = m.get("total_params") or est.total
-    active = m.get("active_params") or (total if est.active == est.total else est.active)
+    # Active = LM parameters touched per token (MoE: routed top-k + shared); the vision tower is
+    # counted once per image by the step-time model (VisionInfo.encoder_params), not here.
+    active = m.get("active_params") or (total - est.vision if est.active == est.total - est.vision
+                                         else est.active)
     vis = m.get("vision")
     vision = None
     if vis:
@@ -258,7 +261,7 @@ def load_profile(model_cfg: Any) -> ModelProfile:
         "estimated_params": est.total,
         "embedding_params": est.embedding,
         # Params multiplied per generated/prefilled token (the embedding lookup does no FLOPs).
-        "matmul_params_per_token": active - est.embedding - est.vision,
+        "matmul_params_per_token": active - est.embedding,
         # FLOPs per (query token, context token) pair of one attention layer: QK^T and AV.
         "attn_flops_per_ctx_token_per_layer": 4 * nh * hd,
         **(m.get("extra") or {}),
