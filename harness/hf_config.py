@@ -61,8 +61,8 @@ def _base(profile: ModelProfile, architecture: str, model_type: str) -> dict:
         "head_dim": profile.head_dim,
         "max_position_embeddings": profile.max_model_len,
         "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0,
-        "tie_word_embeddings": False,
+        "rope_theta": float(profile.extra.get("rope_theta") or 10000.0),
+        "tie_word_embeddings": bool(profile.extra.get("tie_word_embeddings", False)),
         "torch_dtype": _DTYPES.get(int(profile.weight_dtype_bytes), "bfloat16"),
         "bos_token_id": 1,
         "eos_token_id": 2,
@@ -105,7 +105,8 @@ def _gemma2(profile: ModelProfile) -> dict:
     types = _layer_types(profile, {"full", "sliding"})
     cfg = _base(profile, "Gemma2ForCausalLM", "gemma2")
     cfg.update(sliding_window=_sliding_window(profile) or profile.max_model_len, layer_types=types,
-               query_pre_attn_scalar=profile.head_dim, final_logit_softcapping=30.0,
+               query_pre_attn_scalar=profile.extra.get("query_pre_attn_scalar", profile.head_dim),
+               final_logit_softcapping=30.0,
                attn_logit_softcapping=50.0, hidden_activation="gelu_pytorch_tanh")
     return cfg
 
@@ -116,7 +117,8 @@ def _gemma3(profile: ModelProfile) -> dict:
     types = _layer_types(profile, {"full", "sliding"})
     cfg = _base(profile, "Gemma3ForCausalLM", "gemma3_text")
     cfg.update(sliding_window=_sliding_window(profile) or profile.max_model_len, layer_types=types,
-               query_pre_attn_scalar=profile.head_dim, rope_local_base_freq=10000.0,
+               query_pre_attn_scalar=profile.extra.get("query_pre_attn_scalar", profile.head_dim),
+               rope_local_base_freq=profile.extra.get("rope_local_base_freq", 10000.0),
                final_logit_softcapping=None, attn_logit_softcapping=None,
                hidden_activation="gelu_pytorch_tanh")
     return cfg
@@ -137,7 +139,13 @@ def _periodic(kinds: tuple[str, ...], kind: str) -> tuple[int, int]:
 def _jamba(profile: ModelProfile) -> dict:
     _layer_types(profile, {"full", "mamba"})
     period, offset = _periodic(profile.layer_kinds, "full")
-    ex = profile.extra
+    ex = dict(profile.extra)
+    mdims = ex.get("mamba") or {}   # harness.models keeps the model file's mamba/moe blocks in extra
+    moe = ex.get("moe") or {}
+    ex.update({f"mamba_{k}": v for k, v in mdims.items()})
+    ex.update({k: v for k, v in moe.items() if k.startswith("expert_layer")})
+    if "d_inner" in mdims:
+        ex["mamba_expand"] = mdims["d_inner"] // profile.hidden_size
     mamba = next((s for s in profile.specs if isinstance(s, MambaSpec)), None)
     if mamba is None:
         raise HFConfigError(f"model {profile.name!r}: Jamba profile has no MambaSpec")
@@ -169,15 +177,15 @@ SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(sorted(_WRITERS))
 
 def hf_config_dict(profile: ModelProfile) -> dict:
     """The config.json contents for ``profile`` (see :func:`write_hf_config`)."""
+    _check_no_kv_sharing(profile)  # first: the most specific reason (character.ai has its own arch name)
+    if any(isinstance(s, ChunkedLocalSpec) for s in profile.specs):
+        raise HFConfigError(f"model {profile.name!r}: chunked local attention (Llama 4) is not written "
+                            "by this module; use backend=sim or backend=vllm_sched.")
     writer = _WRITERS.get(profile.architecture)
     if writer is None:
         raise HFConfigError(
             f"model {profile.name!r}: architecture {profile.architecture!r} has no HF config writer; "
             f"supported: {list(SUPPORTED_ARCHITECTURES)}. Use backend=sim for this model.")
-    if any(isinstance(s, ChunkedLocalSpec) for s in profile.specs):
-        raise HFConfigError(f"model {profile.name!r}: chunked local attention (Llama 4) is not written "
-                            "by this module; use backend=sim or backend=vllm_sched.")
-    _check_no_kv_sharing(profile)
     cfg = writer(profile)
     cfg["jenga_harness_profile"] = profile.name  # provenance; HF and vLLM ignore unknown keys
     return cfg

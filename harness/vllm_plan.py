@@ -92,14 +92,33 @@ def _attention_shape(profile: ModelProfile, spec: LayerTypeSpec) -> tuple[int, i
     return 1, bpt // 2, torch.int8
 
 
-def _vllm_spec(profile: ModelProfile, spec: LayerTypeSpec, block_size: int, mamba_mode: str):
+def mamba_aligned_block(profile: ModelProfile, block_size: int) -> tuple[int, int | None]:
+    """(attention tokens per block, padded Mamba page bytes) for Mamba hybrids.
+
+    vLLM does this before planning, from the model config (``Platform._align_hybrid_block_size``):
+    raise the attention block size (in multiples of the kernel block) until one layer's attention
+    page is at least one layer's Mamba state, then pad the Mamba page to that attention page. Our
+    proxy model config carries no Mamba layers, so the same rule is applied here to the specs."""
+    mamba = [s.state_bytes_per_layer for s in profile.specs if isinstance(s, MambaSpec)]
+    attn = [s.bytes_per_token_per_layer for s in profile.specs
+            if s.token_based and not isinstance(s, VisionEmbeddingSpec)]
+    if not mamba or not attn:
+        return block_size, None
+    widest = max(attn)
+    block = block_size * max(1, -(-max(mamba) // (widest * block_size)))
+    return block, block * widest
+
+
+def _vllm_spec(profile: ModelProfile, spec: LayerTypeSpec, block_size: int, mamba_mode: str,
+               mamba_padded: int | None = None):
     from vllm.v1 import kv_cache_interface as kvi
     if isinstance(spec, MambaSpec):
         import torch
         conv = spec.conv_bytes_per_layer
         shapes = ((conv,), (spec.state_bytes_per_layer - conv,)) if conv else ((spec.state_bytes_per_layer,),)
+        padded = mamba_padded if mamba_padded and mamba_padded > spec.state_bytes_per_layer else None
         return kvi.MambaSpec(block_size=block_size, shapes=shapes, dtypes=(torch.int8,) * len(shapes),
-                             mamba_cache_mode=mamba_mode)
+                             mamba_cache_mode=mamba_mode, page_size_padded=padded)
     heads, size, dtype = _attention_shape(profile, spec)
     common = {"block_size": block_size, "num_kv_heads": heads, "head_size": size, "dtype": dtype}
     if isinstance(spec, SlidingWindowSpec):
@@ -141,7 +160,8 @@ def layer_owners(profile: ModelProfile) -> list[LayerTypeSpec]:
 
 def vllm_layer_specs(profile: ModelProfile, block_size: int, mamba_mode: str = "none") -> dict:
     """One vLLM KV cache spec per cache-storing layer, named like vLLM's own layers, in layer order."""
-    return {layer_name(i): _vllm_spec(profile, s, block_size, mamba_mode)
+    block, padded = mamba_aligned_block(profile, block_size)
+    return {layer_name(i): _vllm_spec(profile, s, block, mamba_mode, padded)
             for i, s in enumerate(layer_owners(profile))}
 
 

@@ -56,13 +56,11 @@ def _resolved(engine) -> dict:
 
 
 def _device() -> str:
-    try:
-        import torch
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - a device query must never fail the run
-        pass
     import platform
+
+    import torch
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
     return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
