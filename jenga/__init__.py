@@ -4,6 +4,7 @@ Imports nothing from ``harness``.
 """
 
 from jenga.interface import ImageSpan, MemoryManager, MemoryUsage, RequestView
+from jenga.registry import SYSTEM_NAMES, make_manager
 from jenga.spec import (
     ChunkedLocalSpec,
     CrossAttentionSpec,
@@ -17,10 +18,23 @@ from jenga.spec import (
     VisionEmbeddingSpec,
     page_geometry,
 )
-from jenga.registry import SYSTEM_NAMES, make_manager
 
 __all__ = [
-    "ChunkedLocalSpec", "CrossAttentionSpec", "FullAttentionSpec", "ImageSpan", "LayerTypeSpec",
-    "MambaSpec", "MemoryManager", "MemoryUsage", "PageGeometry", "RequestView", "SlidingWindowSpec",
-    "SpecError", "SYSTEM_NAMES", "TokenDropSpec", "VisionEmbeddingSpec", "make_manager", "page_geometry",
+    "SYSTEM_NAMES",
+    "ChunkedLocalSpec",
+    "CrossAttentionSpec",
+    "FullAttentionSpec",
+    "ImageSpan",
+    "LayerTypeSpec",
+    "MambaSpec",
+    "MemoryManager",
+    "MemoryUsage",
+    "PageGeometry",
+    "RequestView",
+    "SlidingWindowSpec",
+    "SpecError",
+    "TokenDropSpec",
+    "VisionEmbeddingSpec",
+    "make_manager",
+    "page_geometry",
 ]

@@ -4,7 +4,8 @@
 int32 bytes straight from numpy (100k-token prompts cost one pass), computed once per request and
 extended as output tokens arrive. Image ids enter the chain of every block an image touches (its
 tokens for decoder-only VLMs, its placeholder position for cross-attention models), so equal
-placeholder tokens with different images never collide.
+placeholder tokens with different images never collide. (Cross-attention models: the image id
+enters at its placeholder position only.)
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ import xxhash
 class BlockHasher:
     """Lazily extended chain of block hashes for one request."""
 
-    __slots__ = ("block", "_prompt", "_out", "_images", "hashes")
+    __slots__ = ("_images", "_out", "_prompt", "block", "hashes")
 
-    def __init__(self, prompt_token_ids, output_token_ids, images, block: int):
+    def __init__(self, prompt_token_ids, output_token_ids, images, block: int, images_in_prompt: bool = True):
         self.block = block
         arr = np.asarray(prompt_token_ids)
         self._prompt = arr.astype(np.int32, copy=False) if arr.dtype != np.int32 else arr
         self._out = output_token_ids
         # (start, end, image_id) position spans that mix an image id into the chain.
-        self._images = [(im.offset, im.offset + max(1, im.num_tokens), im.image_id) for im in images]
+        self._images = [(im.offset, im.offset + (max(1, im.num_tokens) if images_in_prompt else 1), im.image_id)
+                        for im in images]
         self.hashes: list[int] = []
 
     def _known(self) -> int:

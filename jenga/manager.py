@@ -9,8 +9,8 @@ prefix caching with the prefix-subset evictor. ``request_aware=False`` is the ab
 
 from __future__ import annotations
 
-from jenga.pages import LcmPagePool
 from jenga.paged import PagedManager
+from jenga.pages import LcmPagePool
 from jenga.spec import SpecError
 
 

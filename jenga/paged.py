@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from jenga.hashing import BlockHasher
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.pages import FlatPagePool, LcmPagePool, PartitionedPool
-from jenga.policies import STALE_TS, ImageInfo, Policy, cdiv, policy_for
+from jenga.policies import ImageInfo, Policy, cdiv, policy_for
 from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SpecError, page_geometry
 
 Pool = LcmPagePool | FlatPagePool | PartitionedPool
@@ -52,8 +52,21 @@ def image_infos(request: RequestView, images_in_prompt: bool) -> list[ImageInfo]
 class ReqState:
     """Everything the manager keeps about one request that holds memory."""
 
-    __slots__ = ("rid", "prompt_len", "images", "num_image_tokens", "prev", "T", "pages", "held",
-                 "reg", "transients", "hasher", "contrib", "_bases")
+    __slots__ = (
+        "T",
+        "_bases",
+        "contrib",
+        "hasher",
+        "held",
+        "images",
+        "num_image_tokens",
+        "pages",
+        "prev",
+        "prompt_len",
+        "reg",
+        "rid",
+        "transients",
+    )
 
     def __init__(self, rid, prompt_len, images, ntypes, hasher):
         self.rid = rid
@@ -144,6 +157,7 @@ class PagedManager(MemoryManager):
         self.tot_needed = 0
         self.tot_held = 0
         self.dup_bytes = 0  # held data bytes counted twice (pages shared by running requests)
+        self.shared_data: dict[tuple[int, int], int] = {}
         self.extra_counts = {"hit_lost_tokens": 0, "retry_tight": 0}
         token_tpps = [s.tokens_per_page for s in self.types if not s.policy.image_based
                       and not s.policy.state_based]
@@ -168,7 +182,8 @@ class PagedManager(MemoryManager):
 
     # -- prefix lookup ------------------------------------------------------------------------------
     def _hasher(self, request) -> BlockHasher:
-        return BlockHasher(request.prompt_token_ids, request.output_token_ids, request.images, self.hash_block)
+        return BlockHasher(request.prompt_token_ids, request.output_token_ids, request.images, self.hash_block,
+                           self.images_in_prompt)
 
     def lookup_prefix(self, request: RequestView) -> int:
         if not self.enable_prefix_cache or request.request_id in self.reqs:
@@ -263,6 +278,8 @@ class PagedManager(MemoryManager):
         if r == 0:
             undo.append((t, sid, self.pool.from_cached(t, sid), data))
         else:
+            # One data size per shared page, whoever pins or releases it (keeps dup_bytes exact).
+            data = self.shared_data.setdefault((t, sid), data)
             self.dup_bytes += data
             undo.append((t, sid, None, data))
         self.ref[t][sid] = r + 1
@@ -271,7 +288,7 @@ class PagedManager(MemoryManager):
         r = self.ref[t][sid] - 1
         if r > 0:
             self.ref[t][sid] = r
-            self.dup_bytes -= data
+            self._undup(t, sid, r)
             return
         del self.ref[t][sid]
         if self.enable_prefix_cache:
@@ -285,6 +302,12 @@ class PagedManager(MemoryManager):
                     return
         self.page_key[t].pop(sid, None)
         self.pool.free(t, sid)
+
+    def _undup(self, t: int, sid: int, remaining: int) -> None:
+        data = self.shared_data[(t, sid)]
+        self.dup_bytes -= data
+        if remaining == 1:
+            del self.shared_data[(t, sid)]
 
     def _register(self, t: int, sid: int, key) -> None:
         if key is not None and sid not in self.page_key[t] and key not in self.index[t]:
@@ -452,7 +475,7 @@ class PagedManager(MemoryManager):
         for t, sid, key, data in reversed(undo_pins):
             if key is None:
                 self.ref[t][sid] -= 1
-                self.dup_bytes -= data
+                self._undup(t, sid, self.ref[t][sid])
             else:
                 del self.ref[t][sid]
                 self.pool.to_cached(t, sid, *key)

@@ -137,6 +137,8 @@ class LcmPagePool:
         return lp
 
     def _take_slot(self, lp: int, t: int) -> int:
+        if self.lp_used[lp] == 0 and self.large_lru is not None:
+            self._lru_discard(lp, t)  # an empty slot beside cached ones: no longer evictable
         slots = self.lp_slots[lp]
         s = slots.pop()
         self.nfree_slots[t] -= 1
@@ -170,7 +172,7 @@ class LcmPagePool:
 
     def _release_large(self, lp: int, t: int) -> None:
         self._unlist_partial(lp, t)
-        self.nfree_slots[t] -= self.ratio[t]
+        self.nfree_slots[t] -= len(self.lp_slots[lp])  # an evicted large page had cached slots too
         owner = self.lp_owner[lp]
         if owner is not None:
             self.owner_lps[owner].discard(lp)
@@ -186,6 +188,8 @@ class LcmPagePool:
         self.lp_used[lp] -= 1
         self.used[t] -= 1
         self._return_slot(lp, t, s)
+        if self.large_lru is not None:
+            self._maybe_evictable(lp, t)
 
     def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
         """A used page becomes cached (evictable) with eviction key (ts, plen)."""
@@ -195,7 +199,12 @@ class LcmPagePool:
         self.lp_cached[lp] += 1
         self.cached[t] += 1
         self.evictor.add(t, sid, ts, plen)
-        if self.lp_used[lp] == 0:
+        self._maybe_evictable(lp, t)
+
+    def _maybe_evictable(self, lp: int, t: int) -> None:
+        """After a page of ``lp`` stopped being used: all-cached-or-empty large pages are evictable,
+        ordered by their newest small page."""
+        if self.lp_used[lp] == 0 and self.lp_cached[lp] > 0:
             base, ev = lp * self.ratio[t], self.evictor
             newest = max(ev.timestamp(t, base + s) for s in range(self.ratio[t]) if ev.contains(t, base + s))
             self.large_lru.set(lp, newest)

@@ -26,7 +26,7 @@ class SpecError(ValueError):
     """A cache spec (or an allocator argument) is invalid. The message names the field."""
 
 
-def _require_positive(owner: str, name: str, value: int | float) -> None:
+def _require_positive(owner: str, name: str, value: float) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
         raise SpecError(f"{owner}.{name} must be a positive number, got {value!r}")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from jenga.pages import FlatPagePool
 from jenga.paged import PagedManager, StorageType
+from jenga.pages import FlatPagePool
 from jenga.policies import MambaPolicy, policy_for
 from jenga.spec import SpecError
 

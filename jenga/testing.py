@@ -1,0 +1,100 @@
+"""Invariant checks for any :class:`jenga.paged.PagedManager` (used by the tests; cheap enough to
+call from a debugging harness, O(pages in use)).
+
+Checks: no byte owned twice; every page state (used / cached / empty) agrees with the pool's
+counters and the requests' page tables; a large page is free iff all its small pages are; the
+usage breakdown sums to capacity; held data never falls below needed bytes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import pairwise
+
+from jenga.paged import PagedManager
+from jenga.pages import LcmPagePool, PartitionedPool
+
+
+def owned_intervals(mgr: PagedManager) -> list[tuple[int, int, str]]:
+    """(start, end, owner) of every used or cached small page."""
+    out = []
+    refs = set()
+    for t, refd in enumerate(mgr.ref):
+        for sid in refd:
+            refs.add((t, sid))
+    cached = set()
+    for t in range(len(mgr.types)):
+        for sid in mgr.page_key[t]:
+            if (t, sid) not in refs:
+                cached.add((t, sid))
+    for t, sid in refs | cached:
+        off = mgr.pool.page_offset(t, sid)
+        out.append((off, off + mgr.types[t].page_bytes, f"{mgr.types[t].name}:{sid}"))
+    return out
+
+
+def check_invariants(mgr: PagedManager) -> None:
+    """Raise AssertionError when any allocator invariant is broken."""
+    u = mgr.usage()
+    u.check()
+    pool = mgr.pool
+    # 1. No byte owned twice, and everything inside the capacity.
+    iv = sorted(owned_intervals(mgr))
+    for (a0, a1, na), (b0, b1, nb) in pairwise(iv):
+        assert a1 <= b0, f"pages overlap: {na} [{a0},{a1}) and {nb} [{b0},{b1})"
+    assert not iv or iv[-1][1] <= mgr.capacity_bytes
+    # 2. Reference counts = holders in the page tables; pool counters agree.
+    holders: Counter = Counter()
+    for rs in mgr.reqs.values():
+        for t, pages in enumerate(rs.pages):
+            for sid in pages.values():
+                holders[(t, sid)] += 1
+        for t, sid, *_ in rs.transients:
+            holders[(t, sid)] += 1
+    refs = Counter({(t, sid): r for t, d in enumerate(mgr.ref) for sid, r in d.items()})
+    assert holders == refs, f"refcounts {dict(refs)} != holders {dict(holders)}"
+    used = Counter(t for t, _ in refs)
+    for t in range(len(mgr.types)):
+        assert pool.used[t] == used[t], f"type {t}: pool.used {pool.used[t]} != referenced {used[t]}"
+        cached_t = sum(1 for sid in mgr.page_key[t] if (t, sid) not in refs)
+        assert pool.cached[t] == cached_t, f"type {t}: pool.cached {pool.cached[t]} != {cached_t}"
+        for key, sid in mgr.index[t].items():
+            assert mgr.page_key[t].get(sid) == key, "cache index and page keys disagree"
+    if not mgr.enable_prefix_cache:
+        assert sum(pool.cached) == 0
+    # 3. Two-level: a large page is free iff all its small pages are.
+    if isinstance(pool, LcmPagePool):
+        free = set(pool.free_large)
+        assert len(free) == len(pool.free_large), "large page freed twice"
+        per_lp: Counter = Counter()
+        for t, sid in refs:
+            per_lp[(sid // pool.ratio[t], t)] += 1
+        for lp in range(pool.num_large):
+            busy = pool.lp_used[lp] + pool.lp_cached[lp]
+            assert (lp in free) == (busy == 0), f"large page {lp}: free={lp in free} busy={busy}"
+            if lp in free:
+                assert pool.lp_type[lp] == -1 and pool.lp_slots[lp] is None
+                continue
+            t = pool.lp_type[lp]
+            assert pool.lp_used[lp] == per_lp[(lp, t)], f"large page {lp} used count"
+            assert len(pool.lp_slots[lp]) + busy == pool.ratio[t], f"large page {lp} slots"
+        assert sum(pool.nfree_slots) == sum(len(s) for s in pool.lp_slots if s is not None)
+        if pool.large_lru is not None:
+            evl = [0] * len(mgr.types)
+            for lp in range(pool.num_large):
+                evictable = pool.lp_used[lp] == 0 and pool.lp_cached[lp] > 0
+                assert (lp in pool.large_lru) == evictable, f"large page {lp} evictable={evictable}"
+                if evictable:
+                    evl[pool.lp_type[lp]] += pool.lp_cached[lp]
+            assert evl == pool.evl_cached, f"evictable-large cached counts {pool.evl_cached} != {evl}"
+    elif isinstance(pool, PartitionedPool):
+        for t, p in enumerate(pool.pools):
+            assert len(p.free_pages) + p.used[t] + p.cached[t] == p.num_pages
+    else:
+        assert len(pool.free_pages) + sum(pool.used) + sum(pool.cached) == pool.num_pages
+    # 4. Held data covers what is needed (no request is short of a page it reads).
+    for rs in mgr.reqs.values():
+        needed, held = rs.contrib
+        assert needed <= held, f"request {rs.rid}: needed {needed} > held {held} bytes"
+    assert u.needed_bytes + u.unneeded_bytes + u.fragmentation_bytes == sum(
+        n * st.page_bytes for n, st in zip(pool.used, mgr.types))
