@@ -45,11 +45,15 @@ def test_pages_zoo_table_via_module():
     res = subprocess.run([sys.executable, "-m", "harness.pages"], capture_output=True, text=True, cwd=REPO,
                          timeout=120, check=False)
     assert res.returncode == 0, res.stderr
-    rows = {line.split()[0]: line for line in res.stdout.splitlines()[1:]}
-    assert "jamba_1_5_mini" in rows and "84x = 1344 tok" in rows["jamba_1_5_mini"]
-    assert rows["llama3_1_8b"].split()[-2:] == ["1x", "16"]
-    # every model of the zoo has a row
-    assert len(rows) == len(list((REPO / "harness/conf/model").glob("*.yaml")))
+    lines = res.stdout.splitlines()
+    rows = {(line.split()[0], line.split()[1]): line.split() for line in lines[1:] if len(line.split()) == 10}
+    assert rows[("llama3_1_8b", "full")][-2:] == ["1x", "16"]
+    assert rows[("jamba_1_5_mini", "full")][-2:] == ["133x", "532"]
+    assert rows[("llama3_2_11b_vision", "cross")][3:6] == ["8", "32768", "524288"]
+    assert "largest large/small ratio in the zoo: 133x (jamba_1_5_mini)" in res.stdout
+    assert "attention ratio is 84x = 1344 tokens per large page" in res.stdout
+    # every model of the zoo has rows
+    assert {m for m, _ in rows} == {p.stem for p in (REPO / "harness/conf/model").glob("*.yaml")}
 
 
 def test_pages_bad_arguments(capsys):
