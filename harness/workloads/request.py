@@ -31,7 +31,7 @@ class Request:
 
     @property
     def prompt_len(self) -> int:
-        return int(len(self.prompt_token_ids))
+        return len(self.prompt_token_ids)
 
     @property
     def num_image_tokens(self) -> int:
@@ -42,7 +42,7 @@ class Request:
         """Prompt plus full output: the most tokens this request will ever hold."""
         return self.prompt_len + self.output_len
 
-    def fresh_copy(self) -> "Request":
+    def fresh_copy(self) -> Request:
         """The same request with no generated tokens (each backend run starts from one)."""
         return Request(self.request_id, self.arrival_time, self.prompt_token_ids, self.output_len,
                        self.images, self.prefix_group)
