@@ -88,6 +88,15 @@ class LcmPagePool:
         """One small page of type ``t`` for ``owner`` (a request id), or None if nothing is left.
         ``tight`` prefers existing small pages over new large pages (used when retrying an
         allocation that must not waste large pages)."""
+        if self.ratio[t] == 1 and self.free_large:
+            # A small page that is a whole large page: nothing to share or tie, one level suffices.
+            lp = self.free_large.pop()
+            self.lp_type[lp] = t
+            self.lp_slots[lp] = []
+            self.lp_used[lp] = 1
+            self.used[t] += 1
+            self.path_counts["new_large"] += 1
+            return lp
         aware = self.request_aware
         if aware:
             sid = self._from_dict(self.owner_partial.get((t, owner)), t, "request_hit")
@@ -184,6 +193,13 @@ class LcmPagePool:
     # -- state changes -------------------------------------------------------------------------------
     def free(self, t: int, sid: int) -> None:
         """A used page becomes empty."""
+        if self.ratio[t] == 1 and self.lp_owner[sid] is None:
+            self.lp_used[sid] = 0
+            self.used[t] -= 1
+            self.lp_slots[sid] = None
+            self.lp_type[sid] = -1
+            self.free_large.append(sid)
+            return
         lp, s = divmod(sid, self.ratio[t])
         self.lp_used[lp] -= 1
         self.used[t] -= 1

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-from jenga.paged import PagedManager, StorageType
+from jenga.paged import PagedManager
 from jenga.pages import FlatPagePool
 from jenga.policies import MambaPolicy, policy_for
+from jenga.reqstate import StorageType
 from jenga.spec import SpecError
 
 

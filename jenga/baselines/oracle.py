@@ -9,8 +9,8 @@ keeps no prefix cache (``lookup_prefix`` returns 0).
 from __future__ import annotations
 
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
-from jenga.paged import ReqState, image_infos
 from jenga.policies import policy_for
+from jenga.reqstate import ReqState, image_infos
 from jenga.spec import CrossAttentionSpec, SpecError, page_geometry
 
 

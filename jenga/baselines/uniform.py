@@ -9,9 +9,10 @@ in vLLM v0 (activation memory), so they are neither stored nor counted here.
 
 from __future__ import annotations
 
-from jenga.paged import PagedManager, StorageType
+from jenga.paged import PagedManager
 from jenga.pages import FlatPagePool
 from jenga.policies import CrossPolicy, FullPolicy, MambaPolicy, cdiv
+from jenga.reqstate import StorageType
 from jenga.spec import FullAttentionSpec, MambaSpec, SpecError, VisionEmbeddingSpec
 
 

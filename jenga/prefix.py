@@ -1,0 +1,220 @@
+"""Prefix caching for the paged managers: content-hashed pages, per-type hit search, references.
+
+Every storage type has its own cache index (key -> page): token pages are keyed by the chained hash
+of the prefix they end, image pages by ``(image_id, page within the image)``, Mamba checkpoints by
+the hash of the prefix they summarise. A hit is the longest prefix valid for every type: each
+type's ``get_possible_prefix`` is asked for its largest valid length not above the current
+candidate, until no type lowers it (a fixed point). Pages of running requests are registered as
+soon as they are full and computed, so concurrent requests share them (reference counts).
+"""
+
+from __future__ import annotations
+
+import math
+
+from jenga.hashing import BlockHasher
+from jenga.interface import RequestView
+from jenga.policies import FullPolicy, ImageInfo, cdiv
+from jenga.reqstate import ReqState, image_infos
+
+
+class PrefixCacheMixin:
+    """Lookup, pinning and release of cached pages (mixed into :class:`jenga.paged.PagedManager`)."""
+
+    def _hasher(self, request) -> BlockHasher:
+        return BlockHasher(request.prompt_token_ids, request.output_token_ids, request.images, self.hash_block,
+                           self.images_in_prompt)
+
+    def lookup_prefix(self, request: RequestView) -> int:
+        if not self.enable_prefix_cache or request.request_id in self.reqs:
+            return 0
+        hasher = self._hasher(request)
+        images = image_infos(request, self.images_in_prompt)
+        L = self._longest_hit(hasher, images, len(request.prompt_token_ids) - 1)
+        self.pending[request.request_id] = (L, hasher)
+        return L
+
+    def _cached_flags(self, t: int, hasher: BlockHasher, npages: int, stop_at_miss: bool) -> list[int]:
+        st, idx = self.types[t], self.index[t]
+        flags = []
+        for j in range(npages):
+            h = hasher.hash_at((j + 1) * st.tokens_per_page)
+            ok = h is not None and h in idx
+            if not ok and stop_at_miss:
+                break
+            flags.append(1 if ok else 0)
+        return flags
+
+    def _longest_hit(self, hasher: BlockHasher, images: list[ImageInfo], upper: int) -> int:
+        """The longest prefix valid for every type: each type's ``get_possible_prefix`` answered as
+        "largest valid length <= L", iterated to a fixed point (each step only lowers L)."""
+        if upper <= 0:
+            return 0
+        upper -= upper % self.align
+        fns = []
+        for t, st in enumerate(self.types):
+            pol = st.policy
+            if not pol.constrains_prefix:
+                continue
+            if pol.image_based:
+                bound = upper
+                for im in images:
+                    if im.c0 < bound and not self._image_cached(t, im):
+                        bound = im.c0
+                fns.append(lambda L, b=bound: min(L, b))
+            elif pol.state_based:
+                fns.append(lambda L, t=t: self._mamba_valid(t, hasher, L))
+            else:
+                full = isinstance(pol, FullPolicy)
+                flags = self._cached_flags(t, hasher, upper // st.tokens_per_page, stop_at_miss=full)
+                if full:
+                    upper = min(upper, len(flags) * st.tokens_per_page)
+                    upper -= upper % self.align
+                    continue
+                prefix = [0]
+                for f in flags:
+                    prefix.append(prefix[-1] + f)
+                count = (lambda a, b, p=prefix: p[min(b, len(p) - 1)] - p[min(a, len(p) - 1)])
+                fns.append(lambda L, pol=pol, c=count, tpp=st.tokens_per_page:
+                           pol.longest_valid(c, L, self.align, tpp))
+        L = upper
+        while True:
+            L0 = L
+            for fn in fns:
+                L = fn(L)
+            if L == L0:
+                return L
+
+    def _image_cached(self, t: int, im: ImageInfo) -> bool:
+        tpp = self.types[t].tokens_per_page
+        idx = self.index[t]
+        return all((im.image_id, j) in idx for j in range(cdiv(im.num_tokens, tpp)))
+
+    def _mamba_valid(self, t: int, hasher: BlockHasher, L: int) -> int:
+        st = self.types[t]
+        if st.policy.pages_per_state != 1:
+            return 0
+        N = st.policy.spec.checkpoint_interval
+        step = math.lcm(N, self.hash_block)
+        b = L - L % step
+        while b > 0:
+            if hasher.hash_at(b) in self.index[t]:
+                return b
+            b -= step
+        return 0
+
+    # -- page references ----------------------------------------------------------------------------
+    def _on_evict(self, t: int, sid: int) -> None:
+        key = self.page_key[t].pop(sid, None)
+        if key is not None and self.index[t].get(key) == sid:
+            del self.index[t][key]
+
+    def _pin(self, t: int, sid: int, data: int, undo: list) -> None:
+        r = self.ref[t].get(sid, 0)
+        if r == 0:
+            undo.append((t, sid, self.pool.from_cached(t, sid), data))
+        else:
+            # One data size per shared page, whoever pins or releases it (keeps dup_bytes exact).
+            data = self.shared_data.setdefault((t, sid), data)
+            self.dup_bytes += data
+            undo.append((t, sid, None, data))
+        self.ref[t][sid] = r + 1
+
+    def _unref(self, t: int, sid: int, ts: int, plen: int, key, data: int) -> None:
+        r = self.ref[t][sid] - 1
+        if r > 0:
+            self.ref[t][sid] = r
+            self._undup(t, sid, r)
+            return
+        del self.ref[t][sid]
+        if self.enable_prefix_cache:
+            known = self.page_key[t].get(sid)
+            key = known if known is not None else key
+            if key is not None:
+                owner = self.index[t].setdefault(key, sid)
+                if owner == sid:
+                    self.page_key[t][sid] = key
+                    self.pool.to_cached(t, sid, ts, plen)
+                    return
+        self.page_key[t].pop(sid, None)
+        self.pool.free(t, sid)
+
+    def _undup(self, t: int, sid: int, remaining: int) -> None:
+        data = self.shared_data[(t, sid)]
+        self.dup_bytes -= data
+        if remaining == 1:
+            del self.shared_data[(t, sid)]
+
+    def _register(self, t: int, sid: int, key) -> None:
+        if key is not None and sid not in self.page_key[t] and key not in self.index[t]:
+            self.index[t][key] = sid
+            self.page_key[t][sid] = key
+
+    def _page_key(self, rs: ReqState, t: int, j: int, computed: int):
+        """Cache key of logical page j once ``computed`` tokens are computed, None if not full."""
+        st = self.types[t]
+        if st.policy.image_based:
+            im, local = rs.image_and_local(st.tokens_per_page, j)
+            return (im.image_id, local)
+        if st.policy.state_based:
+            return None
+        end = (j + 1) * st.tokens_per_page
+        return rs.hasher.hash_at(end) if end <= computed else None
+
+    def _page_data(self, rs: ReqState, t: int, j: int, T: int) -> int:
+        st = self.types[t]
+        if st.policy.state_based:
+            return st.state_bytes
+        return st.policy.tokens_in(rs, j, j + 1, T, st.tokens_per_page) * st.data_bytes_per_token
+
+    def _plan_hits(self, rs: ReqState, plans, L: int) -> dict[int, list[tuple[int, int]]]:
+        """Cached pages a new request reuses: token pages inside its valid hit, whole images."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for t, st in enumerate(self.types):
+            fresh, idx, pol, tpp = plans[t][1], self.index[t], st.policy, st.tokens_per_page
+            got = []
+            if pol.image_based:
+                for im, base in rs.images_with_base(pol, tpp):
+                    if self._image_cached(t, im):
+                        n = cdiv(im.num_tokens, tpp)
+                        got += [(j, idx[(im.image_id, j - base)]) for j in fresh if base <= j < base + n]
+            elif not pol.state_based:
+                for j in fresh:
+                    if (j + 1) * tpp > L:
+                        break
+                    got.append((j, idx[rs.hasher.hash_at((j + 1) * tpp)]))
+            if got:
+                out[t] = got
+        return out
+
+    # -- Mamba checkpoints --------------------------------------------------------------------------
+    def _pin_mamba_checkpoints(self, rs: ReqState, L: int) -> None:
+        """A hit at L copies the checkpointed state: pin the checkpoint for this step (touching it)."""
+        for t, st in enumerate(self.types):
+            if st.policy.state_based and st.policy.pages_per_state == 1:
+                sid = self.index[t].get(rs.hasher.hash_at(L))
+                if sid is not None:
+                    self._pin(t, sid, st.state_bytes, [])
+                    rs.transients.append((t, sid, rs.hasher.hash_at(L), L, st.state_bytes))
+
+    def _snapshot_mamba(self, rs: ReqState, prev: int, T: int) -> None:
+        """Best effort: one state page per checkpoint boundary of the prompt crossed this step;
+        it joins the cache at the next step (never makes the allocation fail)."""
+        for t, st in enumerate(self.types):
+            if not st.policy.state_based or st.policy.pages_per_state != 1:
+                continue
+            N = math.lcm(st.policy.spec.checkpoint_interval, self.hash_block)
+            for b in range((prev // N + 1) * N, min(T, rs.prompt_len) + 1, N):
+                if not self.pool.can_fit({t: 1}):
+                    return
+                sid = self.pool.alloc(t, rs.rid)
+                if sid is None:
+                    return
+                self.ref[t][sid] = 1
+                rs.transients.append((t, sid, None, b, st.state_bytes))
+
+    def _release_transients(self, rs: ReqState) -> None:
+        for t, sid, key, plen, data in rs.transients:
+            key = key if key is not None else rs.hasher.hash_at(plen)
+            self._unref(t, sid, self.now, plen, key, data)
+        rs.transients = []
