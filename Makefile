@@ -7,7 +7,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-stamp
 ARGS ?=
 
-.PHONY: setup test bench lint reproduce-fig13 reproduce-fig14 setup-vllm test-vllm crosscheck gpu-fig14 clean
+.PHONY: setup test bench lint reproduce-fig13 reproduce-fig14 setup-vllm test-vllm crosscheck gpu-fig14 clean pages
 
 setup: $(STAMP)
 
@@ -21,6 +21,10 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 tests
+
+# LCM page geometry of the model zoo (paper §4.4); ARGS=model=<name> for one model.
+pages: $(STAMP)
+	$(PY) -m harness.pages $(ARGS)
 
 bench: $(STAMP)
 	$(PY) -m bench.allocator $(ARGS)
