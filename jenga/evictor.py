@@ -36,6 +36,11 @@ class PrefixSubsetEvictor:
     def timestamp(self, t: int, sid: int) -> int:
         return self._key[t][sid][0]
 
+    def key_of(self, t: int, sid: int) -> tuple[int, int]:
+        """Eviction key ``(last_access, -prefix_length)`` of a cached page (smaller goes first)."""
+        key = self._key[t][sid]
+        return key[0], key[1]
+
     def add(self, t: int, sid: int, ts: int, plen: int) -> None:
         key = (ts, -plen, t, sid)
         self._key[t][sid] = key
@@ -62,11 +67,11 @@ class PrefixSubsetEvictor:
 
 
 class LargePageLRU:
-    """Evictable large pages keyed by the newest timestamp among their cached small pages."""
+    """Evictable large pages keyed by the largest small-page key among their cached small pages."""
 
     def __init__(self) -> None:
         self._list = SortedList()
-        self._key: dict[int, tuple[int, int]] = {}
+        self._key: dict[int, tuple] = {}
 
     def __len__(self) -> int:
         return len(self._key)
@@ -74,13 +79,13 @@ class LargePageLRU:
     def __contains__(self, lp: int) -> bool:
         return lp in self._key
 
-    def set(self, lp: int, newest_ts: int) -> None:
+    def set(self, lp: int, newest: tuple[int, int]) -> None:
         old = self._key.get(lp)
+        key = (*newest, lp)
         if old is not None:
-            if old[0] == newest_ts:
+            if old == key:
                 return
             self._list.remove(old)
-        key = (newest_ts, lp)
         self._key[lp] = key
         self._list.add(key)
 
@@ -93,4 +98,4 @@ class LargePageLRU:
         return self._key[lp][0]
 
     def peek_lru(self) -> int | None:
-        return self._list[0][1] if self._list else None
+        return self._list[0][-1] if self._list else None

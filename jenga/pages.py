@@ -219,10 +219,11 @@ class LcmPagePool:
 
     def _maybe_evictable(self, lp: int, t: int) -> None:
         """After a page of ``lp`` stopped being used: all-cached-or-empty large pages are evictable,
-        ordered by their newest small page."""
+        keyed by their most valuable small page (newest timestamp, then shortest prefix), so large
+        pages are evicted LRU and, among equals, the one ending the longest prefix first."""
         if self.lp_used[lp] == 0 and self.lp_cached[lp] > 0:
             base, ev = lp * self.ratio[t], self.evictor
-            newest = max(ev.timestamp(t, base + s) for s in range(self.ratio[t]) if ev.contains(t, base + s))
+            newest = max(ev.key_of(t, base + s) for s in range(self.ratio[t]) if ev.contains(t, base + s))
             self.large_lru.set(lp, newest)
             self.evl_cached[t] += self.lp_cached[lp]
 
