@@ -95,13 +95,11 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             return self._allocate_new(request, num_new_tokens)
         if num_new_tokens == 0:
             return True
-        # Tokens allocated so far are computed now: last step's transient pages join the cache,
-        # full pages are registered, and pages no layer reads any more are released (stale).
+        # Tokens allocated so far are computed now: last step's transient pages join the cache and
+        # pages no layer reads any more are released (stale).
         if rs.transients:
             self._release_transients(rs)
         cache = self.enable_prefix_cache
-        if cache:
-            self._register_computed(rs)
         prev, T = rs.T, rs.T + num_new_tokens
         plans, demand = [], {}
         for t, st in enumerate(self.types):
@@ -129,6 +127,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 rs.held[t] = plan[0]
         rs.T = T
         if cache:
+            self._register_computed(rs)
             self._snapshot_mamba(rs, prev, T)
         self._account(rs)
         return True
@@ -165,6 +164,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         if self.enable_prefix_cache:
             if prev:
                 self._pin_mamba_checkpoints(rs, prev)
+            self._register_computed(rs)
             self._snapshot_mamba(rs, prev, T)
         self._account(rs)
         return True
@@ -225,7 +225,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 rs.pages[t].pop(j, None)
 
     def _register_computed(self, rs: ReqState) -> None:
-        """Put the request's newly full, computed token pages in the cache index (shareable)."""
+        """Put the request's newly full token pages in the cache index as soon as they are allocated
+        (their K/V is written this step), so later requests share them -- as vLLM v1 does."""
         computed = rs.T
         for t, st in enumerate(self.types):
             if st.policy.image_based or st.policy.state_based:
