@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 
+from jenga.flat_pages import FlatPagePool, PartitionedPool
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
-from jenga.pages import FlatPagePool, LcmPagePool, PartitionedPool
+from jenga.pages import LcmPagePool
 from jenga.policies import policy_for
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos

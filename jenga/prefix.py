@@ -28,7 +28,10 @@ class PrefixCacheMixin:
     def lookup_prefix(self, request: RequestView) -> int:
         if not self.enable_prefix_cache or request.request_id in self.reqs:
             return 0
-        hasher = self._hasher(request)
+        # A request waiting for memory is looked up every step: hash its prompt once.
+        _, hasher = self.pending.get(request.request_id, (0, None))
+        if hasher is None or hasher._out is not request.output_token_ids:
+            hasher = self._hasher(request)
         images = image_infos(request, self.images_in_prompt)
         L = self._longest_hit(hasher, images, len(request.prompt_token_ids) - 1)
         self.pending[request.request_id] = (L, hasher)

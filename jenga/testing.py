@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from itertools import pairwise
 
+from jenga.flat_pages import PartitionedPool
 from jenga.paged import PagedManager
-from jenga.pages import LcmPagePool, PartitionedPool
+from jenga.pages import LcmPagePool
 
 
 def owned_intervals(mgr: PagedManager) -> list[tuple[int, int, str]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from jenga.flat_pages import FlatPagePool
 from jenga.paged import PagedManager
-from jenga.pages import FlatPagePool
 from jenga.policies import MambaPolicy, policy_for
 from jenga.reqstate import StorageType
 from jenga.spec import SpecError

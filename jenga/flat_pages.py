@@ -1,0 +1,141 @@
+"""Single-level page pools for the baselines: one page size shared by every type
+(:class:`FlatPagePool`), or one fixed pool per type (:class:`PartitionedPool`).
+
+Same interface as :class:`jenga.pages.LcmPagePool` (``alloc``, ``free``, ``to_cached``,
+``from_cached``, ``can_fit``, counters), so the paged manager runs unchanged on top of them.
+"""
+
+from __future__ import annotations
+
+from jenga.evictor import PrefixSubsetEvictor
+from jenga.pages import EvictHook
+
+
+class FlatPagePool:
+    """Equal-size pages shared by every type; one free stack and one LRU queue of cached pages."""
+
+    def __init__(self, num_types: int, page_bytes: int, capacity_bytes: int, enable_cache: bool = False,
+                 base_offset: int = 0):
+        self.page_bytes_flat = page_bytes
+        self.page_bytes = [page_bytes] * num_types
+        self.capacity_bytes = capacity_bytes
+        self.num_pages = capacity_bytes // page_bytes
+        self.base_offset = base_offset
+        self.free_pages = list(range(self.num_pages - 1, -1, -1))
+        self.used = [0] * num_types
+        self.cached = [0] * num_types
+        self.evictor = PrefixSubsetEvictor(num_types, per_type=False) if enable_cache else None
+        self.on_evict: EvictHook = lambda t, sid: None
+        self.path_counts = {"new_page": 0, "evict": 0}
+
+    large_page_bytes = property(lambda self: self.page_bytes_flat)
+    num_large = property(lambda self: self.num_pages)
+    large_pages_used = property(lambda self: self.num_pages - len(self.free_pages))
+
+    def page_offset(self, t: int, sid: int) -> int:
+        return self.base_offset + sid * self.page_bytes_flat
+
+    def stranded_bytes(self) -> int:
+        return self.capacity_bytes - self.num_pages * self.page_bytes_flat
+
+    def can_fit(self, demand: dict[int, int]) -> bool:
+        return sum(demand.values()) <= len(self.free_pages) + (len(self.evictor) if self.evictor else 0)
+
+    def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
+        if self.free_pages:
+            self.path_counts["new_page"] += 1
+            self.used[t] += 1
+            return self.free_pages.pop()
+        if self.evictor is not None and len(self.evictor):
+            t0, sid = self.evictor.peek_lru()
+            self.evictor.remove(t0, sid)
+            self.cached[t0] -= 1
+            self.on_evict(t0, sid)
+            self.used[t] += 1
+            self.path_counts["evict"] += 1
+            return sid
+        return None
+
+    def free(self, t: int, sid: int) -> None:
+        self.used[t] -= 1
+        self.free_pages.append(sid)
+
+    def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
+        self.used[t] -= 1
+        self.cached[t] += 1
+        self.evictor.add(t, sid, ts, plen)
+
+    def from_cached(self, t: int, sid: int) -> tuple[int, int]:
+        key = self.evictor.remove(t, sid)
+        self.cached[t] -= 1
+        self.used[t] += 1
+        return key
+
+    def release_owner(self, owner: object) -> None:
+        return None
+
+
+class PartitionedPool:
+    """One :class:`FlatPagePool` per type, sized once at start (static partition)."""
+
+    def __init__(self, page_bytes: list[int], shares_bytes: list[int], capacity_bytes: int,
+                 enable_cache: bool = False):
+        nt = len(page_bytes)
+        self.page_bytes = list(page_bytes)
+        self.capacity_bytes = capacity_bytes
+        self.pools: list[FlatPagePool] = []
+        base = 0
+        for t in range(nt):
+            self.pools.append(FlatPagePool(nt, page_bytes[t], shares_bytes[t], enable_cache, base))
+            base += shares_bytes[t]
+        self._tail = capacity_bytes - base
+        self.large_page_bytes = max(page_bytes)
+        self._on_evict: EvictHook = lambda t, sid: None
+
+    @property
+    def on_evict(self) -> EvictHook:
+        return self._on_evict
+
+    @on_evict.setter
+    def on_evict(self, fn: EvictHook) -> None:
+        self._on_evict = fn
+        for p in self.pools:
+            p.on_evict = fn
+
+    used = property(lambda self: [p.used[t] for t, p in enumerate(self.pools)])
+    cached = property(lambda self: [p.cached[t] for t, p in enumerate(self.pools)])
+    num_large = property(lambda self: sum(p.num_pages for p in self.pools))
+    large_pages_used = property(lambda self: sum(p.large_pages_used for p in self.pools))
+
+    @property
+    def path_counts(self) -> dict[str, int]:
+        out = {"new_page": 0, "evict": 0}
+        for p in self.pools:
+            for k, v in p.path_counts.items():
+                out[k] += v
+        return out
+
+    def page_offset(self, t: int, sid: int) -> int:
+        return self.pools[t].page_offset(t, sid)
+
+    def stranded_bytes(self) -> int:
+        """A partition's idle pages only its own type can use: all free bytes are stranded."""
+        return self._tail + sum(p.stranded_bytes() + len(p.free_pages) * p.page_bytes_flat for p in self.pools)
+
+    def can_fit(self, demand: dict[int, int]) -> bool:
+        return all(self.pools[t].can_fit({t: n}) for t, n in demand.items())
+
+    def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
+        return self.pools[t].alloc(t, owner)
+
+    def free(self, t: int, sid: int) -> None:
+        self.pools[t].free(t, sid)
+
+    def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
+        self.pools[t].to_cached(t, sid, ts, plen)
+
+    def from_cached(self, t: int, sid: int) -> tuple[int, int]:
+        return self.pools[t].from_cached(t, sid)
+
+    def release_owner(self, owner: object) -> None:
+        return None
