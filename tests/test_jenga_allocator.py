@@ -227,3 +227,37 @@ def test_usage_reports_occupancy_and_paths(system):
     assert u.large_pages_total == 8 and u.large_pages_used == 4 and u.large_page_occupancy == 0.5
     assert sum(u.path_counts[k] for k in ("request_hit", "new_large", "steal", "any_free_small")) == 7
     assert u.free_stranded_bytes == 2 * 256 + 384  # free small pages inside used large pages
+
+
+def test_cross_attention_pages_are_cached_per_image():
+    """Images are cached by image_id: a new request with other text reuses the image's KV, and
+    all pages of one image share one random priority (evicted together)."""
+    specs = [FullAttentionSpec("text", 1, 64), CrossAttentionSpec("cross", 1, 64)]
+    m = make_manager("jenga", specs, 64 * 64, tokens_per_page=1, enable_prefix_cache=True)
+    a = req("a", np.arange(5), [ImageSpan(7, 4, 0), ImageSpan(8, 4, 1)])
+    assert m.allocate(a, 5)
+    m.free(a)
+    order = []
+    ev = m.pool.evictor
+    keys = sorted((ev.key_of(1, sid), m.page_key[1][sid][0]) for sid in m.page_key[1])
+    order = [image for _, image in keys]
+    assert sorted(order) == [7] * 4 + [8] * 4 and order in ([7] * 4 + [8] * 4, [8] * 4 + [7] * 4)
+    b = req("b", np.arange(100, 103), [ImageSpan(8, 4, 0)])
+    assert m.lookup_prefix(b) == 0 and m.allocate(b, 3)
+    assert m.pool.cached[1] == 4 and m.pool.used[1] == 4  # image 8 served from the cache
+    check_invariants(m)
+
+
+def test_prompt_hashes_extend_with_output_tokens():
+    specs = [FullAttentionSpec("full", 1, 64)]
+    m = make_manager("jenga", specs, 64 * 64, tokens_per_page=2, enable_prefix_cache=True)
+    a = req("a", np.arange(5))
+    assert m.allocate(a, 5)
+    for tok in (50, 51, 52):
+        a.output_token_ids.append(tok)
+        assert m.allocate(a, 1)
+    m.free(a)  # tokens 0..7 computed: four full pages, including outputs 50, 51 (and 52 alone)
+    follow_up = req("b", np.r_[np.arange(5), 50, 51, 52, 60])
+    assert m.lookup_prefix(follow_up) == 8
+    other = req("c", np.r_[np.arange(5), 50, 99, 52, 60])
+    assert m.lookup_prefix(other) == 6  # pages [0,1] [2,3] [4,50] match; [99,52] does not
