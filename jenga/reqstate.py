@@ -34,7 +34,14 @@ def image_infos(request: RequestView, images_in_prompt: bool) -> list[ImageInfo]
 
 
 class ReqState:
-    """Everything the manager keeps about one request that holds memory."""
+    """Everything the manager keeps about one request that holds memory.
+
+    ``prev``: tokens computed before the current step (pinned hit included); ``T``: tokens
+    allocated (``prev`` plus this step's). Per storage type ``t``: ``pages[t]`` maps logical page
+    -> page id, ``held[t]`` the held logical-page intervals, ``reg[t]`` the next page to register
+    in the prefix cache. ``transients``: Mamba checkpoint pages held for one step
+    ``(t, sid, key, prefix length, data bytes)``. ``contrib``: (needed, held data) bytes counted in
+    the manager's totals."""
 
     __slots__ = (
         "T",
