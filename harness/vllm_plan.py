@@ -16,7 +16,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.profile import ModelProfile
@@ -189,6 +189,7 @@ class EngineKnobs:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
     prefix_cache_retention_interval: int | None = 0
+    scheduler_extra: dict = field(default_factory=dict)  # more SchedulerConfig fields, by name
 
 
 def make_vllm_config(profile: ModelProfile, knobs: EngineKnobs, model_dir: Path):
@@ -199,7 +200,13 @@ def make_vllm_config(profile: ModelProfile, knobs: EngineKnobs, model_dir: Path)
         mnbt = max(mnbt, knobs.max_model_len)  # vLLM requires whole prompts to fit one step
     mc = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, max_model_len=knobs.max_model_len,
                      dtype="float32")
-    sc = SchedulerConfig(max_num_seqs=knobs.max_num_seqs, max_num_batched_tokens=mnbt,
+    import dataclasses as _dc
+    allowed = {f.name for f in _dc.fields(SchedulerConfig)}
+    unknown = sorted(set(knobs.scheduler_extra) - allowed)
+    if unknown:
+        raise ValueError(f"backend.options.scheduler {unknown}: not vLLM SchedulerConfig fields; "
+                         f"allowed: {sorted(allowed)}")
+    sc = SchedulerConfig(**knobs.scheduler_extra, max_num_seqs=knobs.max_num_seqs, max_num_batched_tokens=mnbt,
                          max_model_len=knobs.max_model_len, enable_chunked_prefill=knobs.enable_chunked_prefill,
                          is_encoder_decoder=False, disable_hybrid_kv_cache_manager=not knobs.hybrid)
     has_mamba = any(isinstance(s, MambaSpec) for s in profile.specs)

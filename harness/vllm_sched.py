@@ -29,7 +29,7 @@ from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 
 # system -> hybrid KV cache manager on?
 SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "jenga": True}
-BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps"}
+BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler"}
 
 
 def hybrid_for_system(system: str, backend: str) -> bool:
@@ -50,7 +50,7 @@ def check_options(options: dict, allowed: set[str], backend: str) -> None:
         raise ValueError(f"backend.options {unknown} unknown for backend={backend}; allowed: {sorted(allowed)}")
 
 
-def engine_knobs(cfg, profile: ModelProfile, hybrid: bool, retention):
+def engine_knobs(cfg, profile: ModelProfile, hybrid: bool, retention, scheduler_extra: dict | None = None):
     """The cell's engine settings in vLLM terms (the same token budget rule as ``backend=sim``)."""
     from harness.vllm_plan import EngineKnobs
     engine = cfg.engine
@@ -61,7 +61,7 @@ def engine_knobs(cfg, profile: ModelProfile, hybrid: bool, retention):
                        max_num_batched_tokens=profile_tokens(engine, max_len), max_model_len=max_len,
                        enable_chunked_prefill=chunked,
                        enable_prefix_caching=bool(_get(engine, "enable_prefix_caching", False)),
-                       prefix_cache_retention_interval=retention)
+                       prefix_cache_retention_interval=retention, scheduler_extra=dict(scheduler_extra or {}))
 
 
 def _group_layer_types(kvc, owners: dict[str, LayerTypeSpec]) -> list[list[tuple[LayerTypeSpec, int]]]:
@@ -152,7 +152,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
 
     cost = CostModel(profile, cfg.gpu, cfg.engine)
     kv_bytes = cost.kv_capacity_bytes()
-    knobs = engine_knobs(cfg, profile, hybrid, retention)
+    knobs = engine_knobs(cfg, profile, hybrid, retention, dict(options.get("scheduler") or {}))
     # The proxy model directory must outlive the config (ModelConfig may read it again).
     tmp = tempfile.TemporaryDirectory(prefix="vllm_sched_")
     vc = make_vllm_config(profile, knobs, write_proxy_model_dir(profile, knobs.max_model_len, Path(tmp.name)))
@@ -280,7 +280,9 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
             "scheduler": {"max_num_seqs": knobs.max_num_seqs, "max_num_batched_tokens":
                           vc.scheduler_config.max_num_batched_tokens, "enable_chunked_prefill":
                           knobs.enable_chunked_prefill, "enable_prefix_caching": knobs.enable_prefix_caching,
-                          "prefix_cache_retention_interval": retention, "block_size": knobs.block_size},
+                          "prefix_cache_retention_interval": retention, "block_size": knobs.block_size,
+                          "scheduler_reserve_full_isl": getattr(vc.scheduler_config, "scheduler_reserve_full_isl", None),
+                          **knobs.scheduler_extra},
             "layer_types": [s.name for s in cap_specs], "driver_wall_s": driver_wall,
             "step_time_model": "harness.sim.cost.CostModel"}
     return RunResult(metrics=metrics, trace=trace, meta=meta)
