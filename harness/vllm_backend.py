@@ -92,13 +92,15 @@ def engine_args(cfg, profile: ModelProfile, model_dir: Path, hybrid: bool, optio
     """vLLM ``EngineArgs`` for the cell (everything comparable across arms is pinned here)."""
     engine = cfg.engine
     max_len = int(_get(engine, "max_model_len") or profile.max_model_len)
-    chunked = bool(_get(engine, "enable_chunked_prefill", False)) or str(_get(engine, "engine_version", "v0")) == "v1"
+    # The real engine is vLLM V1: it honours the cell's chunked-prefill flag as vLLM's CLI does.
+    chunked = bool(_get(engine, "enable_chunked_prefill", False))
+    budget = profile_tokens(engine, max_len)  # the same token-budget rule as backend=sim
     retention = options.get("prefix_cache_retention_interval", 0)
     ea = {
         "model": str(model_dir), "load_format": "dummy", "skip_tokenizer_init": True, "seed": int(cfg.seed),
         "dtype": options.get("dtype") or _DTYPE.get(int(profile.weight_dtype_bytes), "bfloat16"),
         "max_model_len": max_len, "max_num_seqs": int(_get(engine, "max_num_seqs", 256)),
-        "max_num_batched_tokens": profile_tokens(engine, max_len),  # the same budget rule as backend=sim
+        "max_num_batched_tokens": budget if chunked else max(budget, max_len),  # whole prompts fit a step
         "enable_chunked_prefill": chunked,
         "enable_prefix_caching": bool(_get(engine, "enable_prefix_caching", False)),
         "enforce_eager": bool(_get(engine, "enforce_eager", False)),

@@ -54,7 +54,7 @@ def test_non_periodic_jamba_pattern_is_refused():
 @pytest.mark.parametrize("model,needle", [
     ("character_8b", "shares KV"),              # cross-layer KV sharing
     ("pyramidkv_8b", "token_drop"),              # per-layer token dropping
-    ("llama3_2_11b_vision", "architecture"),     # mllama: not served by vLLM >= 0.11
+    ("llama3_2_11b_vision", "not served by vLLM >= 0.11"),
 ])
 def test_inexpressible_models_name_the_reason_and_a_backend(model, needle):
     prof = load_profile(compose_cell([f"model={model}"]).model)
