@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Fig. 14's cells on the real vLLM engine, on this machine's NVIDIA GPU(s): hybrid KV cache manager
+# off (system=vllm) vs on (system=hybrid_groups, and jenga, which records that vLLM's hybrid manager
+# ran). Dummy weights from written config.json files, exact prompt token ids from the workloads,
+# the artifact's engine settings per model (experiments/fig14.yaml). Cannot run in CI (no GPU).
+#
+#   make gpu-fig14                         # = bash scripts/gpu_fig14.sh (after make setup-vllm)
+#   GPU=h200 bash scripts/gpu_fig14.sh      # conf/gpu name of this GPU: h100 (default), h200, l4
+#   bash scripts/gpu_fig14.sh mode=smoke    # extra Hydra overrides go to every cell
+#   bash scripts/gpu_fig14.sh --dry-run     # write results/fig14_vllm/experiment.yaml and stop
+#
+# Output: results/fig14_vllm/{experiment.yaml,summary*.csv,fig14_vllm*.png} and one record per
+# cell under results/runs/vllm/<gpu>/... (resolved KV cache groups, block sizes, num blocks, hybrid
+# manager in effect, vLLM version, GPU, per-step stats).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv-vllm/bin/python}
+GPU=${GPU:-h100}
+ARGS=()
+for a in "$@"; do
+  case "$a" in
+    --dry-run) ARGS+=(--dry-run) ;;
+    *) ARGS+=("$a") ;;
+  esac
+done
+if [[ ! -x "$PY" ]]; then
+  echo "gpu_fig14.sh: $PY not found; run \`make setup-vllm\` first (on a GPU host it installs the official vllm wheel)." >&2
+  exit 2
+fi
+if [[ " ${ARGS[*]:-} " != *" --dry-run "* ]] && ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_fig14.sh: no NVIDIA GPU visible (nvidia-smi -L failed). On a CPU host use \`make crosscheck\`" \
+       "(vLLM's own scheduler, backend=vllm_sched) or \`make reproduce-fig14\` (backend=sim)." >&2
+  exit 2
+fi
+export HF_HUB_OFFLINE=1
+exec "$PY" -m harness.vllm_fig14 --gpu "$GPU" "${ARGS[@]}"
