@@ -182,3 +182,33 @@ def test_request_larger_than_capacity_fails_cleanly(system):
     m.free(big)  # freeing a request that holds nothing is a no-op
     m.free(small)
     assert m.usage().allocated_bytes == 0
+
+
+def test_sliding_window_example_reached_through_eviction():
+    """The same three valid prefixes, produced by the manager: request X [ABCDEFGHI] -> [J K]
+    releases A..H from the window early (stale, evicted first); Req2 [ABCDG] -> [H] hits ABCD and
+    refreshes D; memory pressure then evicts exactly the seven stale pages A B C E F G H. For the
+    request ABCDEFGHIJ..., the sliding-window type's valid prefixes are ABCD, ABCDEFGHI and
+    ABCDEFGHIJ; full attention has all ten tokens, so the hit is ABCDEFGHIJ."""
+    specs = [FullAttentionSpec("full", 1, 8), SlidingWindowSpec("sw", 1, 8, window=2)]
+    m = make_manager("jenga", specs, 8 * 23, tokens_per_page=1, enable_prefix_cache=True)
+    A, B, C, D, E, F, G, H, I, J, K = range(11)
+    x = req("x", [A, B, C, D, E, F, G, H, I])
+    assert m.allocate(x, 9)
+    x.output_token_ids.append(J)
+    assert m.allocate(x, 1)
+    x.output_token_ids.append(K)
+    m.free(x)
+    r2 = req("r2", [A, B, C, D, G])
+    assert m.lookup_prefix(r2) == 4 and m.allocate(r2, 1)
+    m.free(r2)
+    z = req("z", [100, 101, 102, 103])
+    assert m.allocate(z, 4)
+    assert m.usage().path_counts["evict_large"] == 7
+    q = req("q", [A, B, C, D, E, F, G, H, I, J, 50])
+    hasher = m._hasher(q)
+    sw = [st.name for st in m.types].index("sw")
+    valid = m.types[sw].policy.get_possible_prefix(lambda j: hasher.hash_at(j + 1) in m.index[sw], 10, 1)
+    assert ["ABCDEFGHIJ"[:L] for L in valid] == ["", "ABCD", "ABCDEFGHI", "ABCDEFGHIJ"]
+    assert m.lookup_prefix(q) == 10
+    check_invariants(m)
