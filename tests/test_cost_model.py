@@ -63,9 +63,9 @@ def test_no_memory_left_is_a_clear_error():
 def test_profile_tokens_follow_vllm_defaults():
     assert profile_tokens(tiny_engine(), 131072) == 131072
     assert profile_tokens(tiny_engine(), 1024) == 2048
-    assert profile_tokens(tiny_engine(engine_version="v1"), 131072) == 2048
+    assert profile_tokens(tiny_engine(engine_version="v1"), 131072) == 8192
     assert profile_tokens(tiny_engine(enable_chunked_prefill=True), 131072) == 512
-    assert profile_tokens(tiny_engine(engine_version="v1", max_num_batched_tokens=8192), 131072) == 8192
+    assert profile_tokens(tiny_engine(engine_version="v1", max_num_batched_tokens=2048), 131072) == 2048
 
 
 def test_decode_step_exact_memory_bound():
@@ -110,3 +110,13 @@ def test_eager_adds_launch_cost_and_v1_is_cheaper_per_request():
         CostModel(prof, tiny_gpu(), tiny_engine()).step_time(many)
     with pytest.raises(ValueError, match="engine_version"):
         CostModel(prof, tiny_gpu(), tiny_engine(engine_version="v9"))
+
+
+def test_fp8_keeps_embedding_and_lm_head_in_bf16():
+    fp8 = tiny_profile(active_params=10**9, weight_dtype_bytes=1,
+                       extra={"embedding_params": 1000, "tie_word_embeddings": False})
+    assert CostModel.loaded_weight_bytes(fp8) == 10**9 + 2 * 1000
+    tied = tiny_profile(active_params=10**9, weight_dtype_bytes=1,
+                        extra={"embedding_params": 1000, "tie_word_embeddings": True})
+    assert CostModel.loaded_weight_bytes(tied) == 10**9 + 1000
+    assert CostModel.loaded_weight_bytes(tiny_profile(active_params=10**9)) == 2 * 10**9

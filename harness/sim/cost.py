@@ -61,8 +61,10 @@ ENGINE_OVERHEAD: dict[str, EngineOverhead] = {
 }
 
 ALLREDUCE_LATENCY_S = 8e-6        # one small all-reduce over NVLink (custom all-reduce kernel)
-NON_TORCH_BYTES = GiB // 2        # CUDA context + allocator slack seen by the profiler, per GPU
-NCCL_BYTES = GiB // 2             # NCCL buffers per GPU when TP > 1
+# Memory outside torch's allocator that vLLM's profiler adds (CUDA context, cuBLAS workspace); vLLM
+# logs typically report 0.1-0.3 GiB for one GPU ("non_torch_memory takes 0.16GiB").
+NON_TORCH_BYTES = GiB // 5
+NCCL_BYTES = GiB // 2             # NCCL + custom all-reduce buffers per GPU when TP > 1
 ACT_BYTES = 2                     # activations are bf16 even for fp8-weight models
 VISION_ACT_FACTOR = 3             # live bytes per image token in the encoder pass / embedding bytes
 
@@ -81,7 +83,7 @@ def profile_tokens(engine, max_model_len: int) -> int:
 
     v0 with chunked prefill off: ``max(max_num_batched_tokens or 0, max_model_len, 2048)``
     (a whole prompt must fit one step); v0 with chunked prefill on: 512 (v0.6 default); v1:
-    2048 (the OpenAI-server default of the April-2025 v1 engine). An explicit
+    8192 (the OpenAI-server default of the April-2025 v1 engine). An explicit
     ``max_num_batched_tokens`` wins where vLLM lets it.
     """
     explicit = _get(engine, "max_num_batched_tokens")
@@ -91,7 +93,7 @@ def profile_tokens(engine, max_model_len: int) -> int:
         return max(int(explicit or 0), int(max_model_len), 2048)
     if explicit:
         return int(explicit)
-    return 2048 if version == "v1" else 512
+    return 8192 if version == "v1" else 512
 
 
 def _span_sum(kind: str, spec, c: int, n: int) -> int:
@@ -147,6 +149,9 @@ class CostModel:
         self.bytes_per_s = float(_get(gpu, "hbm_bytes_per_s")) * float(_get(gpu, "mbu", 0.7)) * self.tp
         self.link_bytes_per_s = float(_get(gpu, "interconnect_bytes_per_s", 0) or 0)
         self.attn_flops_per_pair = 4 * profile.num_heads * profile.head_dim
+        # Linear-layer FLOPs per token: the matmul parameters (the embedding lookup is free).
+        self.matmul_params = float(profile.extra.get("matmul_params_per_token", profile.active_params))
+        self.weight_bytes = self.loaded_weight_bytes(profile)
         # (kind, spec, compute layers, bytes per token per layer) per layer type with a cache.
         self._types = [(s.kind, s, s.num_compute_layers or s.num_layers, s.bytes_per_token_per_layer)
                        for s in profile.specs]
@@ -159,12 +164,24 @@ class CostModel:
         # The vision encoder runs once per image token at prefill (a dense ViT: 2 FLOPs/param/token).
         self._vision_flops_per_token = 2.0 * profile.vision.encoder_params if profile.vision else 0.0
 
+    @staticmethod
+    def loaded_weight_bytes(profile: ModelProfile) -> int:
+        """Bytes of the weights vLLM loads. FP8 checkpoints quantize only the decoder's linear
+        layers: the input embedding and the LM head stay bf16 (vLLM's fp8 methods skip them and
+        the usual FP8 recipes list ``lm_head`` as ignored)."""
+        base = profile.weight_bytes
+        if profile.weight_dtype_bytes >= 2:
+            return base
+        emb = int(profile.extra.get("embedding_params", 0))
+        copies = 1 if profile.extra.get("tie_word_embeddings", False) else 2
+        return int(base + emb * copies * (ACT_BYTES - profile.weight_dtype_bytes))
+
     # -- step time ------------------------------------------------------------------------------
     def weight_bytes_read(self, num_tokens: int) -> float:
         """Weight bytes one step touches (MoE: shared + expected distinct experts hit)."""
         p = self.profile
         if not self._moe:
-            return float(p.weight_bytes)
+            return float(self.weight_bytes)
         e, k = p.num_experts, p.experts_per_token
         touched = e * (1.0 - (1.0 - k / e) ** num_tokens)
         return self._shared_bytes + touched * self._expert_bytes
@@ -204,7 +221,7 @@ class CostModel:
                     attn_pairs += _span_sum(kind, spec, c, n) * layers
                     kv_bytes += _keys_read(kind, spec, c, n) * bpt * layers
         kv_bytes += 2 * self._mamba_state_bytes * len(batch)
-        flops = 2.0 * p.active_params * tokens + self.attn_flops_per_pair * attn_pairs
+        flops = 2.0 * self.matmul_params * tokens + self.attn_flops_per_pair * attn_pairs
         flops += self._vision_flops_per_token * img_tokens
         compute = flops / self.flops_per_s
         memory = (self.weight_bytes_read(tokens) + kv_bytes) / self.bytes_per_s
@@ -241,10 +258,11 @@ class CostModel:
         util = float(_get(self.engine, "gpu_memory_utilization", 0.9))
         per_gpu_extra = NON_TORCH_BYTES + (NCCL_BYTES if self.tp > 1 else 0)
         total = float(_get(self.gpu, "memory_bytes")) * util * self.tp
-        kv = total - self.profile.weight_bytes - self.tp * (self.activation_peak_bytes() + per_gpu_extra)
+        kv = total - self.weight_bytes - self.tp * (self.activation_peak_bytes() + per_gpu_extra)
         if kv <= 0:
             raise ValueError(
                 f"no KV cache memory left for {self.profile.name} on {self.tp}x{_get(self.gpu, 'name')}: "
-                f"weights {self.profile.weight_bytes / GiB:.1f} GiB + activation peak exceed "
+                f"weights {self.weight_bytes / GiB:.1f} GiB + activation peak "
+                f"{self.tp * self.activation_peak_bytes() / GiB:.1f} GiB exceed "
                 f"memory x gpu_memory_utilization ({total / GiB:.1f} GiB)")
         return int(kv)
