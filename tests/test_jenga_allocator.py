@@ -196,6 +196,9 @@ def test_hybrid_groups_equal_layers_and_one_page_size():
     assert jamba.group_size == 4 and len(jamba.types) == 8
     assert attn[0].tokens_per_page == 16 * 5  # block raised until 4 x 4096 x block >= 4 x 300000
     assert jamba.page_bytes == 4 * kv * 16 * 5
+    llava = make_manager("hybrid_groups", [FullAttentionSpec("full", 28, kv), VisionEmbeddingSpec("vision", 1, 7168)],
+                         10**9, tokens_per_page=16)
+    assert [st.name for st in llava.types] == ["full/g0"]  # encoder outputs live outside the KV pool
 
 
 def test_static_partition_shares_and_stranded_memory():

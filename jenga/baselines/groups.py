@@ -8,7 +8,7 @@ from jenga.flat_pages import FlatPagePool
 from jenga.paged import PagedManager
 from jenga.policies import MambaPolicy, policy_for
 from jenga.reqstate import StorageType
-from jenga.spec import SpecError
+from jenga.spec import SpecError, VisionEmbeddingSpec
 
 
 class _OnePageSize(PagedManager):
@@ -41,16 +41,27 @@ class HybridGroups(_OnePageSize):
     layer count, or the largest when max < 1.5 x min); a group short of ``G`` real layers is padded.
     Attention block sizes are raised until the attention page is at least the Mamba page; then
     every group's page is made the largest page's size: tokens per block scaled by the ratio when
-    it divides, the page padded otherwise (and for Mamba)."""
+    it divides, the page padded otherwise (and for Mamba). Vision embeddings are not in the KV
+    pool (vLLM's encoder cache holds them), so they are neither stored nor counted."""
 
     system_name = "hybrid_groups"
 
+    def _stored_specs(self):
+        # vLLM keeps encoder outputs in its encoder cache, outside the KV pool (as vLLM v0 did).
+        return [s for s in self.specs if not isinstance(s, VisionEmbeddingSpec)]
+
+    def _accounted_specs(self):
+        return self._stored_specs()
+
     def _storage_types(self, **_):
         tpp = self.tokens_per_page
-        counts = [s.num_layers for s in self.specs]
+        stored = self._stored_specs()
+        if not stored:
+            raise SpecError("hybrid_groups needs at least one KV cache layer type besides vision embeddings")
+        counts = [s.num_layers for s in stored]
         G = max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
         groups = []  # (spec, index, real layers)
-        for s in self.specs:
+        for s in stored:
             ng = -(-s.num_layers // G)
             for i in range(ng):
                 groups.append((s, i, len(range(i, s.num_layers, ng))))
