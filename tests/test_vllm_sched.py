@@ -102,3 +102,30 @@ def test_systems_vllm_has_no_allocator_for_are_refused():
 def test_unknown_backend_option_is_refused():
     with pytest.raises(ValueError, match="bogus.*allowed"):
         run("vllm", workload(1, 0, 16, 1), "+backend.options.bogus=1")
+
+
+def _tiny_mamba():
+    import dataclasses
+
+    from jenga.spec import FullAttentionSpec, MambaSpec
+    # 1 attention : 3 Mamba layers; one layer's Mamba state (20 KiB) > a 16-token attention page (4 KiB)
+    kinds = ("mamba", "mamba", "full", "mamba")
+    specs = (FullAttentionSpec("full", 1, 256), MambaSpec("mamba", 3, 20480, state_bytes_per_layer=20480,
+                                                          conv_bytes_per_layer=4096))
+    return dataclasses.replace(tiny_profile(), name="tiny_mamba", architecture="JambaForCausalLM",
+                               layer_kinds=kinds, specs=specs)
+
+
+def test_mamba_hybrid_runs_with_the_hybrid_manager_and_is_refused_without():
+    from harness import vllm_sched
+    reqs = workload(8, 256, 256, 16)
+    r = vllm_sched.run_cell(cell("hybrid_groups"), _tiny_mamba(), reqs)
+    groups = r.meta["kv_cache"]["kv_cache_groups"]
+    assert {g["spec"] for g in groups} == {"MambaSpec", "FullAttentionSpec"}
+    # vLLM raises the attention block until one attention page covers one layer's Mamba state:
+    # ceil(20480 / (16 * 256)) = 5 -> 80 tokens, and every group's page is 80 * 256 = 20480 bytes
+    assert {g["block_size"] for g in groups if g["spec"] == "FullAttentionSpec"} == {80}
+    assert {g["page_size_bytes"] for g in groups} == {20480}
+    assert r.metrics["num_requests"] == 8 and r.metrics["num_ignored"] == 0
+    with pytest.raises(ValueError, match="Failed to promote"):
+        vllm_sched.run_cell(cell("vllm"), _tiny_mamba(), reqs)
