@@ -1,0 +1,216 @@
+"""Shared plumbing of the studies: study files, cell composition, a hookable sim loop, summaries.
+
+Standard cells (the micro-experiments) go through :func:`harness.run.run_overrides`, so they are
+cached records like any figure cell. Studies that change what a step does (speculative decoding,
+vision-encoder re-runs, Marconi admission) run :func:`run_loop`, the sim engine's discrete-event
+loop with two hooks -- the step cost and the step completion -- because ``harness.sim.engine``
+hard-wires both. Their rows carry the same metric names and a provenance block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from harness.records import provenance, summarize_requests
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROVENANCE_COLS = ("git_rev", "dirty", "time", "config_hash")
+
+
+# -- study files and CLI ---------------------------------------------------------------------------
+@dataclass
+class StudyArgs:
+    """Parsed command line of a study: its file, mode, extra Hydra overrides and output folder."""
+
+    path: Path
+    study: dict[str, Any]
+    mode: str
+    overrides: list[str]
+    out: Path
+    jobs: int
+    force: bool
+
+    @property
+    def smoke(self) -> bool:
+        return self.mode == "smoke"
+
+    @property
+    def suffix(self) -> str:
+        return "" if self.mode == "full" else f"_{self.mode}"
+
+
+def load_study(path: str | Path, required: Iterable[str]) -> dict[str, Any]:
+    """An experiments/*.yaml study file as a plain dict; a missing key is one clear error."""
+    study = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    for key in ("name", *required):
+        if key not in study:
+            raise ValueError(f"study {path}: missing key {key!r} (required: {['name', *required]})")
+    return study
+
+
+def parse_args(doc: str, required: Iterable[str], argv: list[str] | None = None) -> StudyArgs:
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("experiment")
+    ap.add_argument("overrides", nargs="*", help="mode=smoke|full and other Hydra overrides")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--out", default=None, help="summary/figure folder (default results/<name>)")
+    ap.add_argument("--force", action="store_true", help="rerun cached cells")
+    a = ap.parse_args(argv)
+    study = load_study(a.experiment, required)
+    mode = "full"
+    extra = []
+    for o in a.overrides:
+        if o.startswith("mode="):
+            mode = o.split("=", 1)[1]
+            if mode not in ("full", "smoke"):
+                raise ValueError(f"mode={mode!r}; allowed: ['full', 'smoke']")
+        else:
+            extra.append(o)
+    out = Path(a.out) if a.out else REPO_ROOT / "results" / study["name"]
+    return StudyArgs(Path(a.experiment), study, mode, extra, out, a.jobs, a.force)
+
+
+def grid(values: list, smoke: bool, keep: int = 2) -> list:
+    """A study grid; smoke mode keeps its first ``keep`` points (tests and CI)."""
+    return list(values)[:keep] if smoke else list(values)
+
+
+def overrides_of(cell: dict[str, Any]) -> list[str]:
+    """Hydra overrides from a ``{key: value}`` cell (lists as ``[a,b]``, booleans lower-case)."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, (list, tuple)):
+            return "[" + ",".join(fmt(x) for x in v) + "]"
+        return str(v)
+    return [f"{k}={fmt(v)}" for k, v in cell.items()]
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    from harness.config import compose_cell
+
+    return compose_cell(overrides)
+
+
+def parallel(fn: Callable[..., dict], tasks: list[tuple], jobs: int) -> list[dict]:
+    """Run ``fn(*task)`` for every task, ``jobs`` processes at a time (order kept)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        return [fn(*t) for t in tasks]
+    from joblib import Parallel, delayed
+
+    return list(Parallel(n_jobs=jobs, backend="loky")(delayed(fn)(*t) for t in tasks))
+
+
+# -- the hookable loop ---------------------------------------------------------------------------
+StepCost = Callable[[list], float]
+Complete = Callable[[list, float], None]
+
+
+def run_loop(sched, mm, step_cost: StepCost, complete: Complete | None = None,
+             max_steps: int = 5_000_000) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """The sim engine's loop (``harness.sim.engine.simulate``) with the step cost and the step
+    completion as hooks. Returns the per-step trace and the step aggregates."""
+    complete = complete or sched.complete
+    now = min((s.req.arrival_time for s in sched.seqs), default=0.0)
+    trace: list[dict[str, Any]] = []
+    agg = {"waste": 0.0, "occupancy": 0.0, "running": 0.0, "decode_steps": 0, "decode_batch": 0, "samples": 0}
+    while sched.has_unfinished:
+        step = sched.schedule(now)
+        if not step and (sched.waiting or sched.running):
+            step = sched.schedule(now)  # a step that only preempted leaves work to readmit
+        if not step:
+            nxt = sched.next_arrival()
+            if nxt is None:
+                if sched.waiting or sched.running:
+                    raise RuntimeError("scheduler stalled with waiting/running requests and no arrivals")
+                break
+            now = max(now, nxt)
+            continue
+        if len(trace) >= max_steps:
+            raise RuntimeError(f"simulation exceeded {max_steps} steps")
+        dt = step_cost(step)
+        u = mm.usage()
+        num_decode = sum(1 for s in step if s.is_decode)
+        agg["samples"] += 1
+        agg["waste"] += u.waste_fraction
+        agg["occupancy"] += u.large_page_occupancy
+        agg["running"] += len(sched.running)
+        if num_decode:
+            agg["decode_steps"] += 1
+            agg["decode_batch"] += num_decode
+        trace.append({"step": len(trace) + 1, "time_s": now, "dt_s": dt, "num_running": len(sched.running),
+                      "num_decode": num_decode, "waste_fraction": u.waste_fraction,
+                      "allocated_bytes": u.allocated_bytes, "cached_bytes": u.cached_bytes})
+        now += dt
+        complete(step, now)
+    return trace, agg
+
+
+def loop_metrics(sched, trace: list[dict], agg: dict, capacity: int) -> dict[str, Any]:
+    """The record's metric fields (contract §4) from a finished :func:`run_loop`."""
+    seqs = sched.seqs
+    m = summarize_requests([s.req.arrival_time for s in seqs], [s.first_token_time for s in seqs],
+                           [s.finish_time for s in seqs], [s.req.prompt_len for s in seqs],
+                           [s.req.output_len for s in seqs])
+    n = max(1, agg["samples"])
+    prompt = sum(s.req.prompt_len for s in seqs if s.first_admitted)
+    hit = sum(s.hit_tokens for s in seqs)
+    m.update({"mean_decode_batch": agg["decode_batch"] / agg["decode_steps"] if agg["decode_steps"] else 0.0,
+              "mean_running": agg["running"] / n, "waste_fraction": agg["waste"] / n,
+              "large_page_occupancy": agg["occupancy"] / n,
+              "prefix_hit_rate": hit / prompt if prompt else 0.0, "prefix_hit_tokens": hit,
+              "prompt_tokens": prompt, "preemptions": sched.num_preemptions,
+              "num_ignored": sched.num_ignored, "num_steps": len(trace), "kv_capacity_bytes": capacity,
+              "simulated": True})
+    if not math.isfinite(m["makespan_s"]):
+        raise RuntimeError("non-finite makespan")
+    return m
+
+
+# -- rows, summaries, figures ------------------------------------------------------------------------
+def with_provenance(row: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """Add the provenance columns (git revision, dirty tree, time, hash of the cell's config)."""
+    p = provenance()
+    key = json.dumps(config, sort_keys=True, default=str)
+    row.update({"git_rev": p.get("git_rev"), "dirty": p.get("dirty"), "time": p.get("time"),
+                "config_hash": hashlib.sha256(key.encode()).hexdigest()[:12]})
+    return row
+
+
+def failed_row(keys: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    return {**keys, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def write_summary(rows: list[dict[str, Any]], args: StudyArgs, wall_s: float) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.out / f"summary{args.suffix}.csv", index=False)
+    ok = int((df.get("status", pd.Series(["ok"] * len(df))) == "ok").sum())
+    print(f"{args.study['name']}: {ok}/{len(df)} cells ok in {wall_s:.1f} s wall (mode={args.mode}); "
+          f"wrote {args.out / f'summary{args.suffix}.csv'}")
+    return df
+
+
+def figure_path(args: StudyArgs) -> Path:
+    return args.out / f"{args.study['name']}{args.suffix}.png"
+
+
+def timer() -> Callable[[], float]:
+    t0 = time.perf_counter()
+    return lambda: time.perf_counter() - t0
+
+
+def sim_label(mode: str) -> str:
+    return f"simulated (sim backend), mode={mode}"

@@ -1,0 +1,134 @@
+"""The vision-embedding cache under chunked prefill (paper §7.4, SOSP Fig. 19 setups).
+
+    python -m harness.studies.vlm_embed experiments/vlm_embed.yaml [mode=smoke] [--jobs N] [--out DIR]
+
+Per VLM and system (``reencode``: no embedding storage, the encoder re-runs per chunk; ``keep``:
+embeddings held in the pool until the request ends; ``jenga``: freed as prefill consumes them):
+throughput with all requests at once, and TTFT/TPOT/e2e at the model's request rate. Simulated
+(``harness.sim.vision_cache``). Writes ``results/vlm_embed/summary.csv`` and ``vlm_embed.png``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from harness.studies import common
+
+LABELS = {"reencode": "re-run vision encoder (vLLM v0 baseline)", "keep": "keep embeddings in pool",
+          "jenga": "Jenga (free once consumed)"}
+COLORS = {"reencode": "#7f7f7f", "keep": "#ff7f0e", "jenga": "#1f77b4"}
+
+
+def run_cell(model: str, system: str, rate: float, cell: dict, mode: str, extra: list[str],
+             seed: int) -> dict[str, Any]:
+    from harness.models import load_profile
+    from harness.sim import vision_cache
+    from harness.sim.cost import CostModel
+    from harness.sim.engine import scheduler_config
+    from harness.sim.scheduler import Scheduler
+    from harness.workloads import build_workload
+
+    keys = {"model": model, "system": system, "request_rate": rate, "seed": seed}
+    try:
+        ov = ([f"model={model}", f"mode={mode}", f"seed={seed}", f"engine.request_rate={rate}"]
+              + common.overrides_of(cell) + extra)
+        cfg = common.compose(ov)
+        profile = load_profile(cfg.model)
+        requests = build_workload(cfg)
+        cost = CostModel(profile, cfg.gpu, cfg.engine)
+        capacity = cost.kv_capacity_bytes()
+        mm = vision_cache.make_vision_manager(system, profile.specs, capacity, int(cfg.engine.tokens_per_page))
+        sched = Scheduler(mm, scheduler_config(cfg.engine, profile), [r.fresh_copy() for r in requests])
+        reencode = system == "reencode"
+        encoded = [0]
+
+        def step_cost(step):
+            encoded[0] += sum(vision_cache.encoder_tokens(s, reencode) for s in step)
+            return cost.step_time([(s.num_new_tokens, s.context_before, vision_cache.encoder_tokens(s, reencode))
+                                   for s in step])
+
+        trace, agg = common.run_loop(sched, mm, step_cost)
+        image_tokens = sum(r.num_image_tokens for r in requests)
+        row = {**keys, "status": "ok", "dataset": cfg.dataset.name,
+               "max_num_batched_tokens": cfg.engine.max_num_batched_tokens,
+               "encoder_tokens": encoded[0], "image_tokens": image_tokens,
+               "encoder_runs_per_image_token": encoded[0] / image_tokens if image_tokens else 0.0,
+               "peak_allocated_gib": max((t["allocated_bytes"] for t in trace), default=0) / 2**30,
+               **common.loop_metrics(sched, trace, agg, capacity)}
+        return common.with_provenance(row, {"overrides": ov, "system": system})
+    except Exception as exc:  # noqa: BLE001
+        return common.failed_row(keys, exc)
+
+
+def plot(df: pd.DataFrame, path, mode: str) -> None:
+    ok = df[df["status"] == "ok"]
+    models = list(dict.fromkeys(df["model"]))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    w = 0.26
+    for i, m in enumerate(models):
+        rows = ok[ok["model"] == m]
+        thr = rows[rows["request_rate"] == float("inf")]
+        lat = rows[rows["request_rate"] != float("inf")]
+        base = thr[thr["system"] == "reencode"]["throughput_req_s"]
+        for j, s in enumerate(LABELS):
+            x = i + (j - 1) * w
+            lab = LABELS[s] if i == 0 else None
+            r = thr[thr["system"] == s]
+            if not r.empty and len(base):
+                v = float(r["throughput_req_s"].iloc[0]) / float(base.iloc[0])
+                axes[0].bar(x, v, w, color=COLORS[s], edgecolor="black", linewidth=0.4, label=lab)
+                axes[0].text(x, v + 0.02, f"{v:.2f}", ha="center", fontsize=7)
+            r = lat[lat["system"] == s]
+            if not r.empty:
+                axes[1].bar(x, float(r["ttft_mean"].iloc[0]), w, color=COLORS[s], edgecolor="black", linewidth=0.4)
+                axes[2].bar(x, float(r["tpot_mean"].iloc[0]) * 1e3, w, color=COLORS[s], edgecolor="black",
+                            linewidth=0.4)
+    rates = {m: lat_rate for m, lat_rate in zip(ok["model"], ok["request_rate"]) if lat_rate != float("inf")}
+    names = [f"{m}\n({rates.get(m, '?')} req/s)" for m in models]
+    for ax in axes:
+        ax.set_xticks(range(len(models)))
+        ax.set_xticklabels(names, fontsize=7)
+    axes[0].set_xticklabels(models, fontsize=7)
+    axes[0].axhline(1.0, color="black", linestyle=":", linewidth=0.6)
+    axes[0].set_ylabel("request throughput / re-encode baseline (×)")
+    axes[0].set_title("throughput, all requests at once", fontsize=9)
+    axes[1].set_ylabel("mean TTFT (s)")
+    axes[1].set_title("time to first token at the model's rate", fontsize=9)
+    axes[2].set_ylabel("mean TPOT (ms per output token)")
+    axes[2].set_title("time per output token at the model's rate", fontsize=9)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Vision embeddings under chunked prefill (budget 1024 tokens), MMMU-pro on H100 — "
+                 f"{common.sim_label(mode)}; no published per-system values", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parse_args(__doc__, ("models", "systems", "cell"), argv)
+    st = args.study
+    tasks = []
+    for m in common.grid(st["models"], args.smoke):
+        for rate in (float("inf"), float(m["latency_rate"])):
+            for s in st["systems"]:
+                for seed in st.get("seeds", [0]):
+                    tasks.append((m["model"], s, rate, st["cell"], args.mode, args.overrides, int(seed)))
+    elapsed = common.timer()
+    rows = common.parallel(run_cell, tasks, args.jobs)
+    df = common.write_summary(rows, args, elapsed())
+    cols = ["model", "system", "request_rate", "throughput_req_s", "ttft_mean", "tpot_mean", "e2e_mean",
+            "encoder_runs_per_image_token", "mean_running", "preemptions", "status"]
+    print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    plot(df, common.figure_path(args), args.mode)
+    return 0 if (df["status"] == "ok").all() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
