@@ -16,7 +16,7 @@ import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -88,7 +88,7 @@ def summarize_requests(arrival: list[float], first_token: list[float | None], fi
 # -- provenance ---------------------------------------------------------------------------------
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -108,7 +108,7 @@ def provenance(config: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "git_rev": _git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None,
         "versions": versions, "host": socket.gethostname(), "platform": platform.platform(),
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "config": config or {},
+        "time": datetime.now(UTC).isoformat(timespec="seconds"), "config": config or {},
     }
 
 

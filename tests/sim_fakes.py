@@ -104,27 +104,27 @@ class FakePagedManager(MemoryManager):
 
 def tiny_profile(active_params=1_000_000_000, layers=2, bytes_per_token_per_layer=1024, **kw) -> ModelProfile:
     spec = FullAttentionSpec("full", layers, bytes_per_token_per_layer)
-    base = dict(name="tiny", hf_id="none/tiny", architecture="LlamaForCausalLM", num_layers=layers,
-                hidden_size=1024, num_heads=8, num_kv_heads=1, head_dim=128, intermediate_size=4096,
-                vocab_size=1000, max_model_len=4096, weight_dtype_bytes=2, kv_dtype_bytes=2,
-                total_params=active_params, active_params=active_params,
-                layer_kinds=("full",) * layers, specs=(spec,))
+    base = {"name": "tiny", "hf_id": "none/tiny", "architecture": "LlamaForCausalLM", "num_layers": layers,
+                "hidden_size": 1024, "num_heads": 8, "num_kv_heads": 1, "head_dim": 128, "intermediate_size": 4096,
+                "vocab_size": 1000, "max_model_len": 4096, "weight_dtype_bytes": 2, "kv_dtype_bytes": 2,
+                "total_params": active_params, "active_params": active_params,
+                "layer_kinds": ("full",) * layers, "specs": (spec,)}
     base.update(kw)
     return ModelProfile(**base)
 
 
 def tiny_gpu(**kw):
-    g = dict(name="toy", memory_bytes=80 * 2**30, peak_bf16_flops=1e15, peak_fp8_flops=2e15,
-             hbm_bytes_per_s=1e12, interconnect_bytes_per_s=1e11, mfu=1.0, mbu=1.0, count=1)
+    g = {"name": "toy", "memory_bytes": 80 * 2**30, "peak_bf16_flops": 1e15, "peak_fp8_flops": 2e15,
+             "hbm_bytes_per_s": 1e12, "interconnect_bytes_per_s": 1e11, "mfu": 1.0, "mbu": 1.0, "count": 1}
     g.update(kw)
     return SimpleNamespace(**g)
 
 
 def tiny_engine(**kw):
-    e = dict(max_num_seqs=256, max_num_batched_tokens=None, enable_chunked_prefill=False,
-             enable_prefix_caching=False, enforce_eager=False, gpu_memory_utilization=0.9,
-             max_model_len=None, engine_version="v0", tokens_per_page=16, kv_cache_bytes=None,
-             request_rate=float("inf"))
+    e = {"max_num_seqs": 256, "max_num_batched_tokens": None, "enable_chunked_prefill": False,
+             "enable_prefix_caching": False, "enforce_eager": False, "gpu_memory_utilization": 0.9,
+             "max_model_len": None, "engine_version": "v0", "tokens_per_page": 16, "kv_cache_bytes": None,
+             "request_rate": float("inf")}
     e.update(kw)
     return SimpleNamespace(**e)
 

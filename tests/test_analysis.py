@@ -45,7 +45,7 @@ def test_summarize_speedups_baselines_and_paper():
             _rec("jamba_mini", "static_partition", 4.0), _rec("jamba_mini", "jenga", 5.5),
             {"model": "gemma3_12b", "system": "jenga", "status": "failed", "error": "boom", "gpu": "h100"}]
     s = analysis.summarize(recs, "fig14", {"jamba_mini": "static_partition"})
-    get = lambda m, sy: s[(s.model == m) & (s.system == sy)].iloc[0]  # noqa: E731
+    get = lambda m, sy: s[(s.model == m) & (s.system == sy)].iloc[0]
     assert get("llama3_2_11b_vision", "jenga").speedup == 2.0
     assert get("jamba_mini", "jenga").speedup == 1.375
     # Jamba's paper speedup is rebased on the paper's static-partition bar (which is its vLLM bar).

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from sim_fakes import FakePagedManager, make_requests
 
 import harness.workloads
 import jenga
 from harness import experiment
-
-from sim_fakes import FakePagedManager, make_requests
 
 EXP = """
 name: fig14
@@ -46,7 +45,7 @@ def test_plan_expansion(tmp_path):
     p = experiment.plan(f, ["mode=smoke"])
     assert len(p.runs) == 6 and p.skipped == ["ministral_8b (not run on h100)"]
     assert p.baselines["llama3_1_8b"] == "static_partition"
-    gemma = [r for r in p.runs if r.model == "gemma3_12b"][0].overrides
+    gemma = next(r for r in p.runs if r.model == "gemma3_12b").overrides
     assert "engine.engine_version=v1" in gemma and "mode=smoke" in gemma and gemma[0] == "gpu=h100"
     assert "engine.enforce_eager=true" in p.runs[0].overrides
     l4 = experiment.plan(f, ["gpu=l4"])

@@ -7,7 +7,14 @@ import json
 import pytest
 
 from harness.records import (
-    RunResult, load_records, make_record, record_dir, records_table, summarize_requests, write_record, write_trace,
+    RunResult,
+    load_records,
+    make_record,
+    record_dir,
+    records_table,
+    summarize_requests,
+    write_record,
+    write_trace,
 )
 
 
@@ -25,7 +32,7 @@ def test_summarize_requests_exact():
 
 
 def test_record_dir_layout_and_hash():
-    cell = dict(model="m", dataset="d", gpu="h100", system="jenga", backend="sim", seed=3)
+    cell = {"model": "m", "dataset": "d", "gpu": "h100", "system": "jenga", "backend": "sim", "seed": 3}
     assert str(record_dir("out", cell)) == "out/sim/h100/m/d/jenga/seed3"
     a = record_dir("out", cell, ["x=1", "y=2"])
     assert a == record_dir("out", cell, ["y=2", "x=1"])
@@ -34,7 +41,7 @@ def test_record_dir_layout_and_hash():
 
 
 def test_make_write_load_record(tmp_path):
-    cell = dict(model="m", dataset="d", gpu="h100", system="jenga", backend="sim", seed=0)
+    cell = {"model": "m", "dataset": "d", "gpu": "h100", "system": "jenga", "backend": "sim", "seed": 0}
     res = RunResult({"throughput_req_s": 1.5, "waste_breakdown": {"unneeded": 0.1, "fragmentation": 0.0}},
                     [{"step": 1, "time_s": 0.0}], {"simulated": True, "allocator": "Fake"})
     rec = make_record(cell, ["a=1"], res, {"model": {"name": "m"}}, 0.1)

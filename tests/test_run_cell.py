@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from sim_fakes import FakePagedManager, make_requests
 
 import harness.workloads
 import jenga
 from harness import run
 from harness.config import compose_cell
-
-from sim_fakes import FakePagedManager, make_requests
 
 
 @pytest.fixture

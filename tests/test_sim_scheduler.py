@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sim_fakes import FakePagedManager, make_requests, tiny_engine, tiny_gpu, tiny_profile
 
 from harness.sim.cost import CostModel
 from harness.sim.engine import scheduler_config, simulate
 from harness.sim.scheduler import SchedulerConfig
-
-from sim_fakes import FakePagedManager, make_requests, tiny_engine, tiny_gpu, tiny_profile
 
 
 class UnitCost:
@@ -40,7 +39,7 @@ def test_v0_prefill_priority_pauses_decodes():
     reqs = make_requests([(4, 2), (4, 2)])
     cfg = SchedulerConfig(max_num_seqs=1, token_budget=4, mixed=False, chunked_prefill=False,
                           enable_prefix_caching=False)
-    sched, trace, _ = simulate(_mm(100), UnitCost(), cfg, reqs)
+    sched, _trace, _ = simulate(_mm(100), UnitCost(), cfg, reqs)
     assert [s.finish_time for s in sched.seqs] == [2.0, 4.0]
 
 

@@ -52,12 +52,16 @@ class EngineOverhead:
     max_graph_batch: int   # largest decode batch captured in a CUDA graph
 
 
-# Estimates from public vLLM profiles (v0.6 era: ~30-40% of a small-batch decode step is CPU;
-# the v1 rewrite cut per-request Python work by moving it out of the hot loop). Per engine, not
-# per model; see results/fig14/FIDELITY.md.
+# Estimates, per engine version and never per model (see results/fig14/FIDELITY.md):
+# - step_s / per_request_s: v0.6-era profiles put ~30-40% of a small-batch decode step in CPU work
+#   (scheduler, input preparation, output processing per sequence group); the v1 rewrite moved
+#   most per-request Python out of the hot loop.
+# - eager_layer_s: a public vLLM measurement of a 28-layer 7B model in eager mode gives ~22 ms TPOT
+#   vs ~13 ms with CUDA graphs (vllm-project/vllm-omni#7960), i.e. ~0.5-0.8 ms of launch-bound
+#   time per decoder layer; we take 0.5 ms.
 ENGINE_OVERHEAD: dict[str, EngineOverhead] = {
-    "v0": EngineOverhead(step_s=3.0e-3, per_request_s=60e-6, eager_layer_s=250e-6, max_graph_batch=256),
-    "v1": EngineOverhead(step_s=1.5e-3, per_request_s=12e-6, eager_layer_s=250e-6, max_graph_batch=512),
+    "v0": EngineOverhead(step_s=3.0e-3, per_request_s=60e-6, eager_layer_s=500e-6, max_graph_batch=256),
+    "v1": EngineOverhead(step_s=1.5e-3, per_request_s=12e-6, eager_layer_s=500e-6, max_graph_batch=512),
 }
 
 ALLREDUCE_LATENCY_S = 8e-6        # one small all-reduce over NVLink (custom all-reduce kernel)

@@ -10,13 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jenga.spec import page_geometry
-
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.sim.cost import CostModel, _get, profile_tokens
 from harness.sim.scheduler import Scheduler, SchedulerConfig
 from harness.workloads.request import Request
+from jenga.spec import page_geometry
 
 
 def scheduler_config(engine, profile: ModelProfile) -> SchedulerConfig:

@@ -24,9 +24,8 @@ import zlib
 from collections import deque
 from dataclasses import dataclass
 
-from jenga.interface import MemoryManager
-
 from harness.workloads.request import Request
+from jenga.interface import MemoryManager
 
 
 @dataclass
