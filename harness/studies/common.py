@@ -67,7 +67,7 @@ def parse_args(doc: str, required: Iterable[str], argv: list[str] | None = None)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=None, help="summary/figure folder (default results/<name>)")
     ap.add_argument("--force", action="store_true", help="rerun cached cells")
-    a = ap.parse_args(argv)
+    a = ap.parse_intermixed_args(argv)
     study = load_study(a.experiment, required)
     mode = "full"
     extra = []

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     st = args.study
     alpha = float(st.get("flop_alpha", 1.0))
     tasks = [(wl, s, st["cell"], args.mode, args.overrides, int(seed), alpha)
-             for wl in common.grid(st["workloads"], args.smoke) for s in st["systems"]
+             for wl in common.grid(st["workloads"], args.smoke, keep=1) for s in st["systems"]
              for seed in st.get("seeds", [0])]
     elapsed = common.timer()
     rows = common.parallel(run_cell, tasks, args.jobs)

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(__doc__, ("pairs", "systems"), argv)
     st = args.study
     k, p = int(st.get("num_speculative_tokens", 3)), float(st.get("spec_acceptance_rate", 0.7))
-    pairs = common.grid(st["pairs"], args.smoke)
+    pairs = common.grid(st["pairs"], args.smoke, keep=1)
     tasks = [(pair, s, k, p, args.mode, args.overrides, int(seed))
              for pair in pairs for s in st["systems"] for seed in st.get("seeds", [0])]
     elapsed = common.timer()

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(__doc__, ("models", "systems", "cell"), argv)
     st = args.study
     tasks = []
-    for m in common.grid(st["models"], args.smoke):
+    for m in common.grid(st["models"], args.smoke, keep=1):
         for rate in (float("inf"), float(m["latency_rate"])):
             for s in st["systems"]:
                 for seed in st.get("seeds", [0]):

@@ -1,0 +1,165 @@
+"""The paper's micro-experiments (arXiv v1 §7.3 setups, paper_facts §1.3-§1.4), results ours.
+
+    python -m harness.studies.micro experiments/micro.yaml [mode=smoke] [--jobs N] [--out DIR]
+
+Four parts, each a set of ordinary cells run through :func:`harness.run.run_overrides` (cached
+records under ``out_dir``, default ``results/runs``):
+
+- ``frag_trace``: memory waste over time, vLLM vs Jenga, Ministral on arXiv-QA (per-step trace);
+- ``decode_batch``: 20 requests at once (55k-110k in, 50-100 out), Ministral on H100: mean decode
+  batch and steps to finish;
+- ``prefix_cache``: arXiv-QA prefixes of N concatenated articles × 4 questions: prefix hit rate and
+  throughput;
+- ``latency``: Llama-3.2-Vision at Poisson request rates (seeded): TTFT, TPOT, end-to-end.
+
+Writes ``summary.csv`` (one row per cell, with provenance), ``traces.csv`` (the two per-step
+traces, decimated) and ``micro.png`` under ``results/micro``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from harness.studies import common
+
+PARTS = ("frag_trace", "decode_batch", "prefix_cache", "latency")
+COLORS = {"vllm": "#7f7f7f", "jenga": "#1f77b4"}
+LABELS = {"vllm": "vLLM (PagedAttention)", "jenga": "Jenga"}
+ROW_FIELDS = ("throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99",
+              "e2e_mean", "mean_decode_batch", "mean_running", "waste_fraction", "prefix_hit_rate", "preemptions",
+              "num_steps", "num_requests", "kv_capacity_bytes", "simulated", "status", "error")
+TRACE_POINTS = 400
+
+
+def cells(study: dict[str, Any], smoke: bool) -> list[tuple[str, str, float | None, list[str]]]:
+    """(part, system, x, overrides) for every cell of the study."""
+    out = []
+    for part in PARTS:
+        spec = study["parts"].get(part)
+        if spec is None:
+            continue
+        base = common.overrides_of(spec["cell"])
+        for system in spec.get("systems", ["vllm", "jenga"]):
+            if part == "prefix_cache":
+                for n in common.grid(spec["articles"], smoke):
+                    out.append((part, system, float(n), base + [f"dataset.articles_per_group={int(n)}"]))
+            elif part == "latency":
+                for rate in common.grid(spec["rates"], smoke):
+                    out.append((part, system, float(rate), base + [f"engine.request_rate={rate}"]))
+            else:
+                out.append((part, system, None, base))
+    return out
+
+
+def run_one(part: str, system: str, x: float | None, overrides: list[str], mode: str, extra: list[str],
+            force: bool) -> dict[str, Any]:
+    from harness.run import run_overrides
+
+    ov = overrides + [f"system={system}", f"mode={mode}"] + extra + (["force=true"] if force else [])
+    rec = run_overrides(ov)
+    row = {"part": part, "system": system, "x": x, "model": rec.get("model"), "dataset": rec.get("dataset"),
+           **{k: rec.get(k) for k in ROW_FIELDS}}
+    prov = rec.get("provenance") or {}
+    row.update({"git_rev": prov.get("git_rev"), "dirty": prov.get("dirty"), "time": prov.get("time"),
+                "overrides": " ".join(ov)})
+    if part in ("frag_trace", "decode_batch") and rec.get("status") == "ok":
+        row["trace"] = str(_trace_path(ov))
+    return row
+
+
+def _trace_path(overrides: list[str]) -> Path:
+    from harness.run import cell_dir
+
+    return cell_dir(common.compose([o for o in overrides if not o.startswith("force=")])) / "trace.csv"
+
+
+def decimated_traces(rows: list[dict]) -> pd.DataFrame:
+    """The per-step traces of the trace parts, at most ``TRACE_POINTS`` rows per cell."""
+    frames = []
+    for r in rows:
+        if not r.get("trace"):
+            continue
+        t = pd.read_csv(r["trace"])
+        step = max(1, len(t) // TRACE_POINTS)
+        t = t.iloc[::step][["time_s", "num_running", "num_decode", "waste_fraction", "allocated_bytes",
+                            "needed_bytes"]].copy()
+        t.insert(0, "system", r["system"])
+        t.insert(0, "part", r["part"])
+        frames.append(t)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
+    fig, ax = plt.subplots(2, 3, figsize=(16, 8.4))
+    ok = df[df["status"] == "ok"]
+    for s in ("vllm", "jenga"):
+        kw = {"color": COLORS[s], "label": LABELS[s]}
+        t = traces[(traces["part"] == "frag_trace") & (traces["system"] == s)] if len(traces) else traces
+        if len(t):
+            ax[0, 0].plot(t["time_s"], 100 * t["waste_fraction"], **kw)
+        t = traces[(traces["part"] == "decode_batch") & (traces["system"] == s)] if len(traces) else traces
+        if len(t):
+            ax[0, 1].step(t["time_s"], t["num_running"], where="post", **kw)
+        p = ok[(ok["part"] == "prefix_cache") & (ok["system"] == s)].sort_values("x")
+        ax[0, 2].plot(p["x"], 100 * p["prefix_hit_rate"], marker="o", **kw)
+        ax[1, 0].plot(p["x"], p["throughput_req_s"], marker="o", **kw)
+        lat = ok[(ok["part"] == "latency") & (ok["system"] == s)].sort_values("x")
+        ax[1, 1].plot(lat["x"], lat["ttft_mean"], marker="o", **kw)
+        ax[1, 1].plot(lat["x"], lat["e2e_mean"], marker="s", linestyle="--", color=COLORS[s])
+        ax[1, 2].plot(lat["x"], 1e3 * lat["tpot_mean"], marker="o", **kw)
+    db = ok[ok["part"] == "decode_batch"].set_index("system")
+    note = ", ".join(f"{LABELS[s]}: mean decode batch {db.loc[s, 'mean_decode_batch']:.1f}, "
+                     f"{int(db.loc[s, 'num_steps'])} steps" for s in ("vllm", "jenga") if s in db.index)
+    titles = [("Ministral-8B, arXiv-QA: memory waste over time", "simulated time (s)", "waste (% of allocated)"),
+              ("20 requests at once (55k-110k in): running batch", "simulated time (s)", "running requests"),
+              ("arXiv-QA prefix caching: hit rate", "articles per shared prefix (× 4 questions)",
+               "prefix hit rate (%)"),
+              ("arXiv-QA prefix caching: throughput", "articles per shared prefix (× 4 questions)",
+               "throughput (req/s)"),
+              ("Llama-3.2-11B-Vision: TTFT (solid), end-to-end (dashed)", "request rate (req/s)", "latency (s)"),
+              ("Llama-3.2-11B-Vision: time per output token", "request rate (req/s)", "TPOT (ms)")]
+    for a, (title, xl, yl) in zip(ax.flat, titles):
+        a.set_title(title, fontsize=9)
+        a.set_xlabel(xl)
+        a.set_ylabel(yl)
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+    ax[0, 1].text(0.02, 0.02, note, transform=ax[0, 1].transAxes, fontsize=7)
+    fig.suptitle(f"The paper's micro-experiments on H100 — {common.sim_label(mode)}; setups from the paper, "
+                 "results ours (the paper publishes no values for these panels)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parse_args(__doc__, ("parts",), argv)
+    unknown = sorted(set(args.study["parts"]) - set(PARTS))
+    if unknown:
+        raise ValueError(f"micro: unknown part(s) {unknown}; allowed: {list(PARTS)}")
+    gpu = args.study.get("gpu", "h100")
+    extra = [f"gpu={gpu}"] + args.overrides
+    tasks = [(p, s, x, ov, args.mode, extra, args.force) for p, s, x, ov in cells(args.study, args.smoke)]
+    elapsed = common.timer()
+    rows = common.parallel(run_one, tasks, args.jobs)
+    df = common.write_summary(rows, args, elapsed())
+    traces = decimated_traces(rows)
+    traces.to_csv(args.out / f"traces{args.suffix}.csv", index=False)
+    df.drop(columns=["trace"], errors="ignore").to_csv(args.out / f"summary{args.suffix}.csv", index=False)
+    cols = ["part", "system", "x", "throughput_req_s", "ttft_mean", "tpot_mean", "e2e_mean", "mean_decode_batch",
+            "num_steps", "waste_fraction", "prefix_hit_rate", "status"]
+    print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    plot(df, traces, common.figure_path(args), args.mode)
+    return 0 if (df["status"] == "ok").all() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
