@@ -84,3 +84,21 @@ def test_flop_aware_key_prefers_long_prefixes():
 def test_bad_alpha():
     with pytest.raises(ValueError, match="flop_alpha"):
         MarconiManager(SPECS, CAP, 16, True, flop_alpha=-1.0)
+
+
+@pytest.mark.parametrize("alpha,first_evicted", [(1.0, 64), (0.0, 80)])
+def test_flop_aware_eviction_order(alpha, first_evicted):
+    # B leaves checkpoints at 64 (branch) and 80 (last token), released together. LRU alone breaks
+    # the tie by evicting the longest prefix first (aligned); FLOP-aware keeps the longer, costlier one.
+    a, b = _fresh(A, B)
+    mm = MarconiManager(SPECS, CAP, 16, True, flop_alpha=alpha, prefix_flops=lambda L: float(L * L))
+    _serve(mm, a)
+    _serve(mm, b)
+    t = 1
+    h = mm._hasher(b)
+    sid = {pos: mm.index[t][h.hash_at(pos)] for pos in (64, 80)}
+    ev = mm.pool.evictor
+    ts = {pos: ev.timestamp(t, s) for pos, s in sid.items()}
+    assert (ts[80] > ts[64]) == (alpha > 0)
+    order = sorted(sid, key=lambda pos: ev.key_of(t, sid[pos]))
+    assert order[0] == first_evicted
