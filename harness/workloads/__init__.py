@@ -16,7 +16,7 @@ from harness.workloads.twins import Shape, WorkloadError
 
 __all__ = ["Request", "WorkloadError", "build_workload", "check_context"]
 
-_TWINS = ("mmlu_pro", "mmmu_pro", "arxiv_qa", "sharegpt", "synthetic", "microbench")
+_TWINS = ("mmlu_pro", "mmmu_pro", "arxiv_qa", "sharegpt", "synthetic", "microbench", "image_mix")
 
 
 def _shape(cfg: DictConfig) -> Shape:
@@ -47,6 +47,11 @@ def build_twin(cfg: DictConfig) -> list[Request]:
         return twins.arxiv_qa(shape, stats, ds.subset, ds.articles_per_group, ds.questions_per_article)
     if ds.name == "sharegpt":
         return twins.sharegpt(shape, stats)
+    if ds.name == "image_mix":
+        from harness.workloads.image_mix import image_mix
+
+        vision = None if cfg.model.vision is None else dict(cfg.model.vision)
+        return image_mix(shape, ds, vision, _image_token(cfg))
     if ds.name in ("synthetic", "microbench"):
         return twins.uniform(shape, ds.name, ds.input_len_min, ds.input_len_max, ds.output_len_min,
                              ds.output_len_max)

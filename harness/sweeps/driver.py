@@ -1,0 +1,123 @@
+"""Run a study: plan → cells (in process, or through a Hydra launcher) → records → report.
+
+    python -m harness.sweeps experiments/<study>.yaml [mode=smoke] [gpu=l4] [seeds=0,1,2]
+                             [other cell overrides] [--launcher inline|joblib|slurm] [--jobs N]
+                             [--force] [--out DIR]
+
+``--launcher inline`` (default): joblib processes from this process, one cell per task.
+``--launcher joblib``: Hydra's joblib launcher (``python -m harness.sweeps.launch -m
+cell=range(0,N) hydra/launcher=joblib``), one process per cell. ``--launcher slurm``: Hydra's
+submitit launcher, one Slurm job per cell (``harness/conf/hydra/launcher/slurm.yaml``; pass
+``--hydra "hydra.launcher.partition=... hydra.launcher.account=..."``). After a launcher run the records are read
+back (each cell is an idempotent record of :func:`harness.run.run_cell`, so nothing reruns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from harness.sweeps.plan import SweepPlan, plan
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LAUNCHERS = ("inline", "joblib", "slurm")
+
+
+def run_one(overrides: list[str], force: bool = False) -> dict[str, Any]:
+    """One cell's record; any exception becomes a failure record (the sweep goes on)."""
+    try:
+        from harness.run import run_overrides
+
+        return run_overrides(list(overrides) + (["force=true"] if force else []))
+    except Exception as exc:  # noqa: BLE001
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "overrides": list(overrides)}
+
+
+def run_inline(p: SweepPlan, jobs: int, force: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+    """Every cell with joblib (``jobs`` processes; 1 = in this process), records in plan order."""
+    from joblib import Parallel, delayed
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(p.runs), desc=f"{p.name} cells", unit="cell", disable=not progress, file=sys.stderr)
+    if jobs <= 1:
+        out = []
+        for r in p.runs:
+            out.append(run_one(r.overrides, force))
+            bar.update(1)
+        bar.close()
+        return out
+    par = Parallel(n_jobs=jobs, return_as="generator", backend="loky", batch_size=1)
+    out = []
+    for rec in par(delayed(run_one)(r.overrides, force) for r in p.runs):
+        out.append(rec)
+        bar.update(1)
+    bar.close()
+    return out
+
+
+def launcher_command(study: str | Path, n_cells: int, cli: list[str], launcher: str, jobs: int,
+                     force: bool, sweep_dir: Path, hydra_args: list[str] = ()) -> list[str]:
+    """The ``harness.sweeps.launch`` multirun command line for a Hydra launcher."""
+    if launcher not in ("joblib", "slurm"):
+        raise ValueError(f"launcher={launcher!r} has no Hydra launcher; allowed: ['joblib', 'slurm']")
+    extra = "[" + ",".join(f"'{o}'" for o in cli) + "]"
+    cmd = [sys.executable, "-m", "harness.sweeps.launch", "-m", f"study={Path(study).resolve()}",
+           f"cell=range(0,{n_cells})", f"cli={extra}", f"force={str(force).lower()}",
+           f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep_dir}"]
+    if launcher == "joblib":
+        cmd.append(f"hydra.launcher.n_jobs={jobs}")
+    return cmd + list(hydra_args)
+
+
+def run_launcher(study: str | Path, p: SweepPlan, cli: list[str], launcher: str, jobs: int, force: bool,
+                 hydra_args: list[str] = ()) -> list[dict[str, Any]]:
+    """Run the cells through a Hydra launcher, then read the records back (reused, not rerun)."""
+    sweep_dir = REPO_ROOT / "results" / p.name / "cells" / "hydra"
+    cmd = launcher_command(study, len(p.runs), cli, launcher, jobs, force, sweep_dir, hydra_args)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, check=False)
+    if proc.returncode != 0:
+        print(f"launcher exited with {proc.returncode}; collecting what finished", file=sys.stderr)
+    return run_inline(p, 1, force=False, progress=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("study")
+    ap.add_argument("overrides", nargs="*", help="cell overrides (mode=smoke gpu=l4 seeds=0,1 ...)")
+    ap.add_argument("--launcher", choices=LAUNCHERS, default="inline")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--force", action="store_true", help="rerun cells even if a record exists")
+    ap.add_argument("--out", default=None, help="summary/figure directory (default results/<name>)")
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--hydra", default="", help="extra Hydra overrides for the launcher, space-separated "
+                    "(e.g. 'hydra.launcher.partition=cpu hydra.launcher.timeout_min=20')")
+    args = ap.parse_args(argv)
+    p = plan(args.study, args.overrides)
+    cli = [o for o in args.overrides]
+    t0 = time.perf_counter()
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    if args.launcher == "inline":
+        records = run_inline(p, args.jobs, args.force, progress=not args.no_progress)
+    else:
+        records = run_launcher(args.study, p, cli, args.launcher, args.jobs, args.force, args.hydra.split())
+    wall = time.perf_counter() - t0
+    out = Path(args.out) if args.out else REPO_ROOT / "results" / p.name
+    report = importlib.import_module(f"harness.sweeps.{p.kind}")
+    summary = report.report(p, records, out)
+    ok = sum(1 for r in records if r.get("status") == "ok")
+    # Run in this sweep = written after it started (a launcher's cells come back as reused records).
+    fresh = sum(1 for r in records if r.get("status") == "ok" and (r.get("provenance") or {}).get("time", "") >= started)
+    print(f"\n{ok}/{len(records)} cells ok ({fresh} run, {ok - fresh} reused) in {wall:.1f} s wall "
+          f"({args.launcher}, {args.jobs} jobs); wrote {out}")
+    return 0 if summary is not None and ok == len(records) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""LCM blow-up table and churn report (issue 6 item 7).
+
+The table covers every model config of the zoo (``harness.pages.geometry``): per layer type its
+small page, the model's LCM large page and the type's large/small ratio — the number of small
+pages a request of that type may strand in one large page. The churn part summarises, per model,
+request rate and system, the time-averaged large-page occupancy and the share of allocations that
+took each path of the LCM allocator (``usage().path_counts``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from harness.sweeps import common, stats
+from harness.sweeps.plan import SweepPlan
+
+ALLOC_PATHS = ("request_hit", "new_large", "evict_large", "steal", "any_free_small", "evict_small")
+FALLBACK = ("steal", "any_free_small", "evict_small")
+
+
+def zoo_table(tokens_per_page: int = 16, models: list[str] | None = None) -> pd.DataFrame:
+    """One row per (model, layer type) of every model config in ``harness/conf/model`` (or of
+    ``models``)."""
+    from harness.config import compose_cell, options
+    from harness.models import load_profile
+    from harness.pages import geometry, split_mamba_ratio
+
+    rows = []
+    for name in models or options("model"):
+        prof = load_profile(compose_cell([f"model={name}"]).model)
+        g = geometry(prof, tokens_per_page)
+        split = split_mamba_ratio(prof, tokens_per_page)
+        for r in g.rows:
+            rows.append({"model": name, "type": r.name, "kind": r.kind, "layers": r.layers,
+                         "compute_layers": r.compute_layers, "bytes_per_token": r.bytes_per_token,
+                         "small_page_bytes": r.small_page_bytes, "large_page_bytes": g.large_page_bytes,
+                         "ratio": r.ratio, "model_max_ratio": g.max_ratio, "max_page_tokens": r.max_page_tokens,
+                         "artifact_layout_ratio": split[0] if split else None,
+                         "tokens_per_page": tokens_per_page})
+    return pd.DataFrame(rows)
+
+
+def churn_rows(p: SweepPlan, records: list[dict]) -> pd.DataFrame:
+    df = stats.rows(p.runs, records)
+    counts = df[[f"path_{k}" for k in ALLOC_PATHS]].apply(pd.to_numeric, errors="coerce").fillna(0)
+    total = counts.sum(axis=1).replace(0, np.nan)
+    for k in ALLOC_PATHS:
+        df[f"frac_{k}"] = counts[f"path_{k}"] / total
+    df["frac_fallback"] = sum(counts[f"path_{k}"] for k in FALLBACK) / total
+    df["retry_tight_per_1k"] = 1000 * pd.to_numeric(df["path_retry_tight"], errors="coerce").fillna(0) / total
+    df["allocations"] = total
+    df["rate"] = df["rate"].astype(float)
+    return df
+
+
+def plot(table: pd.DataFrame, summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 5.2), gridspec_kw={"width_ratios": [1.1, 1, 1]})
+    per_model = table.groupby("model", sort=False)["model_max_ratio"].max().sort_values()
+    ax1.barh(per_model.index, per_model.to_numpy(), color=["#d62728" if v > 8 else "#1f77b4" for v in per_model])
+    for y, v in enumerate(per_model.to_numpy()):
+        ax1.text(v * 1.05, y, f"{v}×", va="center", fontsize=6)
+    ax1.set_xscale("log")
+    ax1.set_xlabel("largest large-page / small-page ratio of the model (log)")
+    ax1.set_title(f"LCM blow-up over the zoo ({int(table.tokens_per_page.iloc[0])} tokens/small page)", fontsize=9)
+    ax1.tick_params(axis="y", labelsize=6)
+    finite = summary[np.isfinite(summary["rate"])]
+    for i, (model, g) in enumerate(summary.groupby("model", sort=False)):
+        for sysname, ls, mk in (("jenga", "-", "o"), ("jenga_no_request_aware", "--", "s")):
+            s = g[g["system"] == sysname].sort_values("rate")
+            x = s["rate"].replace(np.inf, s["rate"][np.isfinite(s["rate"])].max() * 2 if len(finite) else 1.0)
+            lbl = f"{model} ({'Jenga' if sysname == 'jenga' else 'w/o request-aware'})"
+            ax2.errorbar(x, 100 * s["large_page_occupancy"], yerr=np.nan_to_num(100 * np.vstack(
+                [s["large_page_occupancy"] - s["large_page_occupancy_ci_lo"],
+                 s["large_page_occupancy_ci_hi"] - s["large_page_occupancy"]])), color=f"C{i}", linestyle=ls,
+                marker=mk, ms=4, capsize=2, label=lbl)
+            ax3.plot(x, 100 * s["frac_fallback"], color=f"C{i}", linestyle=ls, marker=mk, ms=4, label=lbl)
+    for ax in (ax2, ax3):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("request rate (req/s, Poisson; rightmost point per line = all at t=0)")
+        ax.grid(alpha=0.3, linewidth=0.4)
+    ax2.set_ylabel("large pages in use (% of the pool's large pages, time-avg.)")
+    ax2.set_title("large-page occupancy under churn", fontsize=9)
+    ax2.legend(fontsize=6, frameon=False)
+    ax3.set_ylabel("allocations by a fallback path (%): steal + any free small + evict small")
+    ax3.set_title("LCM allocator fallback-path frequency", fontsize=9)
+    fig.suptitle(f"LCM page geometry and the two-level allocator under churn on {p.gpu.upper()} (simulated); "
+                 "no published values", fontsize=9)
+    common.footer(fig, p)
+    fig.tight_layout(rect=(0, 0.03, 1, 0.95))
+    return common.save(fig, out, p)
+
+
+def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
+    table = zoo_table(int(p.study.get("tokens_per_page", 16)), p.study.get("zoo"))
+    common.write_csv(table, out, "lcm_table", p)
+    worst = table.sort_values("model_max_ratio", ascending=False).drop_duplicates("model").head(5)
+    print("largest LCM blow-ups: " + ", ".join(f"{r.model} {r.model_max_ratio}×" for r in worst.itertuples()))
+    df = churn_rows(p, records)
+    metrics = ["throughput_req_s", "large_page_occupancy", "frac_fallback", "retry_tight_per_1k", "allocations",
+               "waste_fraction", "waste_fragmentation", "preemptions"] + [f"frac_{k}" for k in ALLOC_PATHS]
+    df = stats.add_speedup(df, ["model", "rate"])
+    summary = stats.aggregate(df, ["model", "rate", "system", "baseline"], metrics + ["speedup"])
+    common.write_csv(summary, out, "summary", p)
+    common.print_table(summary, ["model", "rate", "system", "throughput_req_s", "large_page_occupancy",
+                                 "frac_request_hit", "frac_new_large", "frac_evict_large", "frac_fallback",
+                                 "retry_tight_per_1k", "seeds", "failed"])
+    m = common.means_table(summary, ["model"])
+    common.write_csv(m, out, "means", p)
+    for r in m.itertuples():
+        if not math.isnan(r.geo_mean):
+            print(f"{r.model}: Jenga / Jenga w/o request-aware throughput, geometric mean {r.geo_mean:.3f}, "
+                  f"arithmetic {r.arith_mean:.3f} over {r.n} rates")
+    if len(summary):
+        print(f"figure: {plot(table, summary, p, out)}")
+    return summary

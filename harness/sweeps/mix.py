@@ -1,0 +1,138 @@
+"""Image/text-mix sweep report (issue 6 item 2): uniform-paging waste, analytic and simulated, and
+Jenga's speedup against the image share ``I / (T + I)`` of Llama-3.2-11B-Vision requests.
+
+The analytic waste of a cell is computed over its actual requests (seed 0's workload):
+``1 − Σ ideal / Σ uniform`` with :func:`harness.waste.analytic_waste` at each prompt, so the
+MMMU-pro tile mix and the chat mix (images on some requests only) are exact too. The dense curves
+are the same formula for fixed text lengths and image tokens 0 … 6404.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from harness.sweeps import common, stats
+from harness.sweeps.plan import SweepPlan
+
+METRICS = ["throughput_req_s", "speedup", "waste_fraction", "waste_unneeded", "waste_fragmentation",
+           "mean_decode_batch", "preemptions", "kv_capacity_bytes"]
+PAPER_POINT = (43, 6193, 0.796)   # Jenga arXiv v1 §3.2: 43 text + 6193 image tokens → 79.6 % waste
+
+
+def _profile(overrides: list[str]):
+    from harness.config import compose_cell
+    from harness.models import load_profile
+
+    cfg = compose_cell(overrides)
+    return cfg, load_profile(cfg.model)
+
+
+def workload_waste(overrides: list[str]) -> float:
+    """Analytic uniform-paging waste over one cell's requests (at their prompts)."""
+    from harness.waste import analytic_waste
+    from harness.workloads import build_workload
+
+    cfg, prof = _profile(overrides)
+    uniform = ideal = 0
+    for r in build_workload(cfg):
+        w = analytic_waste(prof, r.prompt_len, r.num_image_tokens)
+        uniform += w.uniform_bytes
+        ideal += w.ideal_bytes
+    return (uniform - ideal) / uniform if uniform else 0.0
+
+
+def analytic_curve(model_overrides: list[str], text: int, images: np.ndarray) -> np.ndarray:
+    """Analytic waste for ``text`` text tokens and each image-token count in ``images``."""
+    from harness.waste import analytic_waste
+
+    _, prof = _profile(model_overrides)
+    return np.array([analytic_waste(prof, text, int(i)).waste_fraction for i in images])
+
+
+def summarize(p: SweepPlan, records: list[dict]) -> pd.DataFrame:
+    df = stats.add_speedup(stats.rows(p.runs, records), ["model", "image", "text"])
+    out = stats.aggregate(df, ["model", "image", "text", "system", "baseline"], METRICS)
+    img, txt = out["image"].astype(float), out["text"].astype(float)
+    out["image_share"] = img / (img + txt)
+    first = {}
+    for r in p.runs:
+        first.setdefault((r.model, r.params["image"], r.params["text"]), r.overrides)
+    out["analytic_waste_vllm"] = [workload_waste(first[(r.model, r.image, r.text)]) for r in out.itertuples()]
+    return out
+
+
+def _paper_speedup(gpu: str) -> float | None:
+    from harness.analysis import paper_table
+
+    t = paper_table("fig14", gpu)
+    t = t[t["paper_model"] == "mllama"].set_index("system")
+    return float(t.loc["jenga", "paper_speedup"]) if "jenga" in t.index else None
+
+
+def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    model_ov = [o for o in p.runs[0].overrides if o.startswith("model=")]
+    images = np.arange(0, 6405, 64)
+    texts = sorted({int(float(t)) for t in summary["text"]})
+    grid = summary[summary["model"] == p.runs[0].model]
+    grid_texts = sorted({int(float(t)) for t in grid["text"]})
+    for i, t in enumerate(grid_texts or texts):
+        share = images / (images + t)
+        ax1.plot(share, 100 * analytic_curve(model_ov, t, images), color=f"C{i}", linewidth=1,
+                 label=f"analytic, text {t} tokens")
+    v = summary[summary["system"] == "vllm"]
+    j = summary[summary["system"] == "jenga"]
+    ax1.scatter(v["image_share"], 100 * v["waste_fraction"], marker="o", color="black", s=20, zorder=3,
+                label="vLLM, simulated (time-avg.)")
+    ax1.scatter(j["image_share"], 100 * j["waste_fraction"], marker="o", facecolors="none", edgecolors="C3", s=24,
+                zorder=3, label="Jenga, simulated (time-avg.)")
+    t, i, w = PAPER_POINT
+    ax1.scatter([i / (i + t)], [100 * w], marker="*", s=160, color="gold", edgecolors="black", zorder=4,
+                label="paper §3.2: 79.6 % (43 text + 6193 image)")
+    ax1.set_xlabel("image share of the request's tokens, I / (T + I)")
+    ax1.set_ylabel("KV memory waste of uniform paging (%)")
+    ax1.set_title("waste: analytic (lines) and simulated (points)", fontsize=10)
+    ax1.legend(fontsize=6.5, frameon=False, loc="upper left")
+    ax1.grid(alpha=0.3, linewidth=0.4)
+    for k, (label, g) in enumerate(j.groupby("model", sort=False)):
+        err = np.nan_to_num(np.vstack([g["speedup"] - g["speedup_ci_lo"], g["speedup_ci_hi"] - g["speedup"]]))
+        ax2.errorbar(g["image_share"], g["speedup"], yerr=err, fmt="os^"[k % 3], ms=5, capsize=2,
+                     linestyle="none", label=f"{label} (ours)")
+    ps = _paper_speedup(p.gpu)
+    mm = j[j["model"].str.contains("MMMU", regex=False)]
+    if ps is not None and len(mm):
+        ax2.scatter(mm["image_share"], [ps] * len(mm), marker="*", s=160, color="gold", edgecolors="black",
+                    zorder=4, label=f"paper Fig. 14 (MMMU-pro, {p.gpu.upper()}): {ps:.2f}×")
+    ax2.axhline(1.0, color="gray", linewidth=0.6)
+    ax2.set_xlabel("image share of the request's tokens, I / (T + I)")
+    ax2.set_ylabel("Jenga throughput / vLLM throughput (×)")
+    ax2.set_title("Jenga speedup over vLLM (PagedAttention)", fontsize=10)
+    ax2.legend(fontsize=6.5, frameon=False, loc="upper left")
+    ax2.grid(alpha=0.3, linewidth=0.4)
+    fig.suptitle(f"Image/text-mix sweep, Llama-3.2-11B-Vision on {p.gpu.upper()} (simulated): "
+                 "image tokens 0-6404, text tokens " + ", ".join(map(str, texts)), fontsize=9)
+    common.footer(fig, p)
+    fig.tight_layout(rect=(0, 0.03, 1, 0.95))
+    return common.save(fig, out, p)
+
+
+def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
+    summary = summarize(p, records)
+    common.write_csv(summary, out, "summary", p)
+    j = summary[summary["system"] == "jenga"].sort_values("image_share")
+    common.print_table(j, ["model", "image", "text", "image_share", "analytic_waste_vllm", "waste_fraction",
+                           "speedup", "speedup_ci_lo", "speedup_ci_hi", "seeds", "failed"])
+    v = summary[summary["system"] == "vllm"].set_index(["model", "image", "text"])["waste_fraction"]
+    print("\nsimulated vLLM waste per point:", ", ".join(f"{k[1]}/{k[2]}: {100 * x:.1f}%" for k, x in v.items()))
+    m = common.means_table(summary, ["system"])
+    common.write_csv(m, out, "means", p)
+    for r in m.itertuples():
+        print(f"Jenga speedup over the mix grid: geometric mean {r.geo_mean:.3f}, arithmetic mean {r.arith_mean:.3f} "
+              f"({r.n} points)")
+    if len(summary):
+        print(f"figure: {plot(summary, p, out)}")
+    return summary
