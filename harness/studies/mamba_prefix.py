@@ -102,12 +102,13 @@ def plot(df: pd.DataFrame, path, mode: str, note: str) -> None:
                     ys.append(float(r[col].iloc[0]) * scale)
             ax.bar(xs, ys, w, color=COLORS[s], edgecolor="black", linewidth=0.4, label=LABELS[s])
         ax.set_xticks(range(len(wls)))
-        ax.set_xticklabels(wls, fontsize=7)
+        ax.set_xticklabels(wls, fontsize=7, rotation=20, ha="right")
         ax.set_ylabel(ylabel)
-    axes[0].legend(fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(systems), fontsize=8)
     fig.suptitle(f"Mamba prefix caching on Jamba-1.5-Mini (4×H100), shared-prefix arXiv-QA — {note}; "
                  f"{common.sim_label(mode)}; the paper publishes no values for this comparison", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
     fig.savefig(path, dpi=130)
     plt.close(fig)
 

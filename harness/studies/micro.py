@@ -132,7 +132,11 @@ def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
         a.set_ylabel(yl)
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
-    ax[0, 1].text(0.02, 0.02, note, transform=ax[0, 1].transAxes, fontsize=7)
+    ax[0, 1].set_title(f"20 requests at once (55k-110k in): running batch\n{note}", fontsize=8)
+    for a in (ax[1, 1], ax[1, 2]):
+        a.axvline(4.0, color="black", linestyle=":", linewidth=0.8)
+        a.text(4.05, 0.98, "paper's range ends (4 req/s)", transform=a.get_xaxis_transform(), fontsize=7,
+               va="top")
     fig.suptitle(f"The paper's micro-experiments on H100 — {common.sim_label(mode)}; setups from the paper, "
                  "results ours (the paper publishes no values for these panels)", fontsize=10)
     fig.tight_layout()

@@ -87,10 +87,11 @@ def plot(df: pd.DataFrame, path, mode: str) -> None:
     axes[0].set_title("throughput (req/s, normalised)", fontsize=9)
     axes[1].set_ylabel("mean TPOT (ms per output token)")
     axes[1].set_title("time per output token", fontsize=9)
-    axes[0].legend(fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
     fig.suptitle(f"Speculative decoding, draft + target in one KV pool (k=3, acceptance 0.7), H100 — "
                  f"{common.sim_label(mode)}; no published per-system values", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
