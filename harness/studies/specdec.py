@@ -36,8 +36,10 @@ def run_pair(pair: dict[str, Any], system: str, k: int, p: float, mode: str, ext
 
     keys = {"target": pair["target"], "draft": pair["draft"], "system": system, "seed": seed}
     try:
-        ov = [f"model={pair['target']}", f"mode={mode}", f"seed={seed}"] + common.overrides_of(pair.get("cell", {}))
+        ov = ([f"model={pair['target']}", f"mode={mode}", f"seed={seed}", f"engine.num_speculative_tokens={k}",
+               f"engine.spec_acceptance_rate={p}"] + common.overrides_of(pair.get("cell", {})))
         cfg = common.compose(ov + extra)
+        k, p = int(cfg.engine.num_speculative_tokens), float(cfg.engine.spec_acceptance_rate)
         draft_cfg = common.compose([f"model={pair['draft']}"])
         target, draft = load_profile(cfg.model), load_profile(draft_cfg.model)
         requests = build_workload(cfg)
@@ -49,7 +51,7 @@ def run_pair(pair: dict[str, Any], system: str, k: int, p: float, mode: str, ext
                                       k, p, seed)
         trace, agg = common.run_loop(sched, mm, specdec.spec_step_cost(tcost, dcost))
         row = {**keys, "status": "ok", "dataset": cfg.dataset.name, "num_speculative_tokens": k,
-               "spec_acceptance_rate": p, "measured_acceptance": sched.accepted / max(1, sched.proposed),
+               "spec_acceptance_rate": p, "accepted_per_proposal": sched.accepted / max(1, sched.proposed),
                "tokens_per_decode_step": sched.decode_tokens / max(1, sched.decode_entries),
                **common.loop_metrics(sched, trace, agg, capacity)}
         return common.with_provenance(row, {"overrides": ov + extra, "draft": pair["draft"], "system": system,
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = common.parallel(run_pair, tasks, args.jobs)
     df = common.write_summary(rows, args, elapsed())
     cols = ["target", "draft", "system", "throughput_req_s", "tpot_mean", "mean_decode_batch",
-            "measured_acceptance", "tokens_per_decode_step", "preemptions", "status"]
+            "accepted_per_proposal", "tokens_per_decode_step", "preemptions", "status"]
     print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     plot(df, common.figure_path(args), args.mode)
     return 0 if (df["status"] == "ok").all() else 1
