@@ -94,8 +94,9 @@ def _llama_like(profile: ModelProfile) -> dict:
         cfg["sliding_window"] = window
         cfg["layer_types"] = types
         if model_type.startswith("qwen"):
-            cfg["use_sliding_window"] = True
-            cfg["max_window_layers"] = 0
+            # vLLM's Qwen2/3 refuse "sliding window for some but not all layers" (checked: 0.32).
+            raise HFConfigError(f"model {profile.name!r}: vLLM's {arch} takes no per-layer sliding windows; "
+                                "use backend=sim or backend=vllm_sched")
     else:
         cfg["sliding_window"] = None
     return cfg

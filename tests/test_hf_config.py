@@ -84,3 +84,8 @@ def test_every_zoo_model_either_writes_or_says_why(tmp_path):
         assert cfg["num_hidden_layers"] == len(prof.layer_kinds)
         assert cfg["num_key_value_heads"] == prof.num_kv_heads and cfg["head_dim"] == prof.head_dim
     assert {"llama3_1_8b", "gemma2_9b", "gemma3_12b", "ministral_8b", "jamba_1_5_mini"} <= set(written)
+
+
+def test_qwen_with_per_layer_windows_is_refused():
+    with pytest.raises(HFConfigError, match="per-layer sliding windows"):
+        hf_config_dict(tiny_profile(architecture="Qwen2ForCausalLM"))
