@@ -146,6 +146,6 @@ def means(summary: pd.DataFrame, system: str = "jenga") -> dict[str, float]:
 def rank_agreement(summary: pd.DataFrame, system: str = "jenga") -> float:
     """Spearman rank correlation of our per-model speedups with the paper's (nan if < 3 pairs)."""
     s = summary[(summary["system"] == system)].dropna(subset=["speedup", "paper_speedup"])
-    if len(s) < 3:
+    if len(s) < 3 or s["speedup"].nunique() < 2 or s["paper_speedup"].nunique() < 2:
         return float("nan")
     return float(stats.spearmanr(s["speedup"], s["paper_speedup"]).statistic)
