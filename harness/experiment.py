@@ -71,6 +71,8 @@ def plan(exp_path: str | Path, cli_overrides: list[str]) -> Plan:
             raise ValueError(f"experiment {exp_path}: missing key {key!r}")
     cli = dict(o.split("=", 1) for o in cli_overrides if "=" in o)
     gpu = cli.pop("gpu", exp.get("gpu", "h100"))
+    # seeds=0,1,2 on the command line replaces the file's seeds (summaries then carry 95 % CIs).
+    seeds = [int(s) for s in cli.pop("seeds").split(",")] if "seeds" in cli else exp.get("seeds", [0])
     extra = [f"{k}={v}" for k, v in cli.items()]
     p = Plan(name=exp["name"], gpu=gpu, mode=cli.get("mode", "full"), backend=cli.get("backend", "sim"))
     for cell in exp["cells"]:
@@ -86,7 +88,7 @@ def plan(exp_path: str | Path, cli_overrides: list[str]) -> Plan:
         model_name = next((o.split("=", 1)[1] for o in reversed(base) if o.startswith("model=")), model)
         p.baselines[model_name] = baseline
         for system in cell.get("systems") or exp.get("systems", ["vllm", "jenga"]):
-            for seed in exp.get("seeds", [0]):
+            for seed in seeds:
                 ov = [f"gpu={gpu}"] + base + [f"system={system}", f"seed={seed}"] + extra
                 p.runs.append(CellRun(model_name, system, int(seed), ov, baseline))
     return p

@@ -223,3 +223,12 @@ def test_driver_module_entry_point():
     out = subprocess.run([sys.executable, "-m", "harness.sweeps", "--help"], cwd=ROOT, capture_output=True, text=True,
                          check=False)
     assert out.returncode == 0 and "--launcher" in out.stdout
+
+
+def test_experiment_driver_takes_seeds_from_the_command_line():
+    from harness import experiment
+
+    one = experiment.plan(EXP / "fig14.yaml", ["mode=smoke"])
+    three = experiment.plan(EXP / "fig14.yaml", ["mode=smoke", "seeds=0,1,2"])
+    assert len(three.runs) == 3 * len(one.runs) and {r.seed for r in three.runs} == {0, 1, 2}
+    assert not any(o.startswith("seeds=") for r in three.runs for o in r.overrides)
