@@ -28,6 +28,8 @@ pages: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.allocator $(ARGS)
+	@if [ -x $(VLLM_VENV)/bin/python ]; then $(VLLM_VENV)/bin/python -m bench.vllm_blockpool; \
+	else echo "vLLM BlockPool bench skipped: run make setup-vllm"; fi
 
 lint: $(STAMP)
 	$(PY) -m ruff check jenga harness tests bench
