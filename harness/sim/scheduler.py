@@ -84,6 +84,8 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_finished = 0
         self.num_ignored = 0
+        # (head request, (free + cached, per-type allocated bytes) when its admission failed)
+        self._blocked: tuple[SeqState, tuple[int, dict[str, int]]] | None = None
 
     # -- queues -------------------------------------------------------------------------------
     def arrive(self, now: float) -> None:
@@ -139,10 +141,31 @@ class Scheduler:
             out += self._admit(budget, chunk=self.cfg.chunked_prefill)
         return out
 
+    def _reclaimable(self) -> tuple[int, dict[str, int]]:
+        u = self.mm.usage()
+        return u.free_bytes + u.cached_bytes, dict(u.per_type_allocated_bytes)
+
+    def _still_blocked(self, seq: SeqState) -> bool:
+        """True if the head request's last admission failed and must fail again: no memory came
+        back since (free + cached did not grow) and no running request is prefilling (so no new
+        cached pages could lengthen its prefix hit). Skipping the retry changes no outcome; it
+        saves re-pinning and rolling back a long cached prefix every step."""
+        if self._blocked is None or self._blocked[0] is not seq:
+            return False
+        if any(r.target - r.num_computed > 1 for r in self.running):
+            return False
+        now_free, now_types = self._reclaimable()
+        then_free, then_types = self._blocked[1]
+        # Memory came back if free + cached grew, or any type released pages (a partitioned pool
+        # can gain room for one type while its total stays flat).
+        return now_free <= then_free and all(now_types.get(k, 0) >= v for k, v in then_types.items())
+
     def _admit(self, budget: int, chunk: bool) -> list[Scheduled]:
         out: list[Scheduled] = []
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:
             seq = self.waiting[0]
+            if not out and self._still_blocked(seq):
+                break
             hit = self.mm.lookup_prefix(seq.req) if self.cfg.enable_prefix_caching else 0
             n = seq.target - hit
             if chunk:
@@ -157,6 +180,7 @@ class Scheduler:
                     seq.ignored = seq.done = True
                     self.num_ignored += 1
                     continue
+                self._blocked = (seq, self._reclaimable()) if not out else None
                 break
             self.waiting.popleft()
             if not seq.first_admitted:
