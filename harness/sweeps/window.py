@@ -50,8 +50,8 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
         ax.set_xlabel("request length / sliding window (log2)")
         ax.grid(alpha=0.3, which="both", linewidth=0.4)
     ax1.axhline(1.0, color="gray", linewidth=0.6)
-    ax1.text(0.97, 0.97, "left of the dotted line: requests fit their window,\nsliding = full attention, no gain",
-             transform=ax1.transAxes, fontsize=7, ha="right", va="top")
+    ax1.text(0.02, 0.62, "left of the dotted line: requests fit their window,\nsliding = full attention, no gain",
+             transform=ax1.transAxes, fontsize=7, ha="left", va="top")
     ax1.set_ylabel("Jenga throughput / vLLM throughput (×)")
     ax1.set_title("Jenga speedup over vLLM (PagedAttention)", fontsize=10)
     ax1.legend(fontsize=7, frameon=False, loc="upper left")
