@@ -148,8 +148,9 @@ class Scheduler:
     def _still_blocked(self, seq: SeqState) -> bool:
         """True if the head request's last admission failed and must fail again: no memory came
         back since (free + cached did not grow) and no running request is prefilling (so no new
-        cached pages could lengthen its prefix hit). Skipping the retry changes no outcome; it
-        saves re-pinning and rolling back a long cached prefix every step."""
+        cached pages could lengthen its prefix hit). It saves re-pinning and rolling back a long
+        cached prefix every step (Gemma-3 cells: 170 s -> 6 s). Not a proof of equivalence: over
+        fig13/fig14 it changed one cell (Llama-4, static partition) by 3.5e-5 req/s."""
         if self._blocked is None or self._blocked[0] is not seq:
             return False
         if any(r.target - r.num_computed > 1 for r in self.running):
