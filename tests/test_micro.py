@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import jenga
@@ -24,14 +25,17 @@ def test_cells_expand_each_part():
     full = micro.cells(study, smoke=False)
     parts = {p for p, *_ in full}
     assert parts == set(micro.PARTS)
-    lat = [(s, x, ov) for p, s, x, ov in full if p == "latency"]
-    assert len(lat) == 2 * len(study["parts"]["latency"]["rates"])
+    lat_seeds = study["parts"]["latency"].get("seeds", study.get("seeds", [0]))
+    lat = [(s, x, ov) for p, s, x, seed, ov in full if p == "latency"]
+    assert len(lat) == 2 * len(lat_seeds) * len(study["parts"]["latency"]["rates"])
     assert all(f"engine.request_rate={x}" in ov for _, x, ov in lat)
-    pc = [(x, ov) for p, s, x, ov in full if p == "prefix_cache" and s == "jenga"]
+    pc = [(x, ov) for p, s, x, seed, ov in full if p == "prefix_cache" and s == "jenga" and seed == 0]
     assert [x for x, _ in pc] == [float(n) for n in study["parts"]["prefix_cache"]["articles"]]
     assert all(f"dataset.articles_per_group={int(x)}" in ov for x, ov in pc)
     smoke = micro.cells(study, smoke=True)
-    assert sum(1 for p, s, *_ in smoke if p == "latency" and s == "vllm") == 2
+    assert sum(1 for p, s, x, seed, _ in smoke if p == "latency" and s == "vllm" and seed == 0) == 2
+    study["seeds"], study["seeds_from_cli"] = [3, 4], True      # seeds=3,4 on the command line
+    assert {seed for *_, seed, _ in micro.cells(study, smoke=True)} == {3, 4}
 
 
 def test_study_file_missing_key(tmp_path):
@@ -69,3 +73,13 @@ def test_sim_engine_waits_for_arrivals():
         assert s.first_token_time == pytest.approx(s.req.arrival_time + 0.01)
         assert s.finish_time == pytest.approx(s.req.arrival_time + 0.03)
     assert len(trace) == 9
+
+
+def test_aggregate_mean_and_t_interval():
+    df = pd.DataFrame({"system": ["a", "a", "a", "b", "b"], "v": [1.0, 2.0, 3.0, 5.0, 5.0],
+                       "status": ["ok", "ok", "ok", "ok", "failed"]})
+    agg = common.aggregate(df, ["system"], ["v"]).set_index("system")
+    half = 4.302652729911275 / np.sqrt(3)   # t(0.975, 2) x sem([1, 2, 3])
+    assert agg.loc["a", "v"] == 2.0 and agg.loc["a", "n_seeds"] == 3
+    assert agg.loc["a", "v_ci_lo"] == pytest.approx(2 - half) and agg.loc["a", "v_ci_hi"] == pytest.approx(2 + half)
+    assert agg.loc["b", "n_seeds"] == 1 and np.isnan(agg.loc["b", "v_ci_lo"])  # failed seed left out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness.studies import mamba_prefix, micro, specdec, vlm_embed
@@ -17,7 +18,7 @@ STUDIES = {"micro": micro, "specdec": specdec, "vlm_embed": vlm_embed, "mamba_pr
 def smoke_results(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("nb")
     for name, mod in STUDIES.items():
-        rc = mod.main([str(ROOT / "experiments" / f"{name}.yaml"), "mode=smoke", "--jobs", "1",
+        rc = mod.main([str(ROOT / "experiments" / f"{name}.yaml"), "mode=smoke", "seeds=0", "--jobs", "1",
                        "--out", str(tmp / "results" / name), f"out_dir={tmp / 'runs'}"])
         assert rc == 0, name
     return tmp
@@ -27,6 +28,8 @@ def test_studies_write_smoke_summaries(smoke_results):
     for name in STUDIES:
         d = smoke_results / "results" / name
         assert (d / "summary_smoke.csv").exists() and (d / f"{name}_smoke.png").exists()
+        means = pd.read_csv(d / "summary_mean_smoke.csv")
+        assert (means["n_seeds"] == 1).all()
 
 
 def test_notebook_executes_and_redraws(smoke_results):

@@ -72,7 +72,11 @@ def parse_args(doc: str, required: Iterable[str], argv: list[str] | None = None)
     mode = "full"
     extra = []
     for o in a.overrides:
-        if o.startswith("mode="):
+        if o.startswith("seeds="):
+            # seeds=0,1,2 replaces the study's seed list (every part of it)
+            study["seeds"] = [int(x) for x in o.split("=", 1)[1].strip("[]").split(",") if x.strip()]
+            study["seeds_from_cli"] = True
+        elif o.startswith("mode="):
             mode = o.split("=", 1)[1]
             if mode not in ("full", "smoke"):
                 raise ValueError(f"mode={mode!r}; allowed: ['full', 'smoke']")
@@ -201,6 +205,40 @@ def write_summary(rows: list[dict[str, Any]], args: StudyArgs, wall_s: float) ->
     print(f"{args.study['name']}: {ok}/{len(df)} cells ok in {wall_s:.1f} s wall (mode={args.mode}); "
           f"wrote {args.out / f'summary{args.suffix}.csv'}")
     return df
+
+
+def aggregate(df: pd.DataFrame, keys: list[str], metrics: list[str], confidence: float = 0.95) -> pd.DataFrame:
+    """Mean over seeds of each metric per ``keys`` group, with its Student-t confidence interval
+    (``<metric>_ci_lo`` / ``_ci_hi``; NaN with one seed) and ``n_seeds``. Failed rows are left out."""
+    from harness.analysis import mean_ci
+
+    ok = df[df["status"] == "ok"] if "status" in df else df
+    rows = []
+    for key, g in ok.groupby(keys, sort=False, dropna=False):
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        row["n_seeds"] = len(g)
+        for m in metrics:
+            if m in g:
+                mean, lo, hi = mean_ci(pd.to_numeric(g[m], errors="coerce"), confidence)
+                row.update({m: mean, f"{m}_ci_lo": lo, f"{m}_ci_hi": hi})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def yerr(agg: pd.DataFrame, metric: str, scale: float = 1.0):
+    """Matplotlib error-bar extents of an aggregated metric (None where the CI is undefined)."""
+    lo = (agg[metric] - agg[f"{metric}_ci_lo"]) * scale
+    hi = (agg[f"{metric}_ci_hi"] - agg[metric]) * scale
+    if lo.isna().all():
+        return None
+    return [lo.fillna(0).to_numpy(), hi.fillna(0).to_numpy()]
+
+
+def write_means(df: pd.DataFrame, args: StudyArgs, keys: list[str], metrics: list[str]) -> pd.DataFrame:
+    """``summary_mean.csv``: one row per cell over its seeds (mean and 95 % CI of each metric)."""
+    agg = aggregate(df, keys, metrics)
+    agg.to_csv(args.out / f"summary_mean{args.suffix}.csv", index=False)
+    return agg
 
 
 def figure_path(args: StudyArgs) -> Path:

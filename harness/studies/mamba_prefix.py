@@ -83,31 +83,38 @@ def run_cell(workload: dict, system: str, cell: dict, mode: str, extra: list[str
         return common.failed_row(keys, exc)
 
 
+METRICS = ["prefix_hit_rate", "throughput_req_s", "ttft_mean", "checkpoints_admitted", "mean_cached_gib",
+           "preemptions"]
+KEYS = ["workload", "system"]
+
+
 def plot(df: pd.DataFrame, path, mode: str, note: str) -> None:
-    ok = df[df["status"] == "ok"]
+    """Hit rate, throughput and checkpoints admitted per workload; bars are seed means, whiskers 95 % CIs."""
+    agg = common.aggregate(df, KEYS, METRICS)
     wls = list(dict.fromkeys(df["workload"]))
     systems = [s for s in SYSTEMS if s in set(df["system"])]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
     w = 0.8 / max(1, len(systems))
-    panels = [("prefix_hit_rate", "prefix hit rate (hit / prompt tokens)", 1.0),
-              ("throughput_req_s", "request throughput (req/s)", 1.0),
-              ("checkpoints_admitted", "Mamba checkpoints admitted (count)", 1.0)]
-    for ax, (col, ylabel, scale) in zip(axes, panels):
+    panels = [("prefix_hit_rate", "prefix hit rate (hit / prompt tokens)"),
+              ("throughput_req_s", "request throughput (req/s)"),
+              ("checkpoints_admitted", "Mamba checkpoints admitted (count)")]
+    for ax, (col, ylabel) in zip(axes, panels):
         for j, s in enumerate(systems):
-            xs, ys = [], []
-            for i, wl in enumerate(wls):
-                r = ok[(ok["workload"] == wl) & (ok["system"] == s)]
-                if not r.empty:
-                    xs.append(i + (j - (len(systems) - 1) / 2) * w)
-                    ys.append(float(r[col].iloc[0]) * scale)
-            ax.bar(xs, ys, w, color=COLORS[s], edgecolor="black", linewidth=0.4, label=LABELS[s])
+            r = agg[agg["system"] == s].set_index("workload").reindex(wls) if len(agg) else agg
+            if len(r) == 0:
+                continue
+            xs = [i + (j - (len(systems) - 1) / 2) * w for i in range(len(wls))]
+            ax.bar(xs, r[col].to_numpy(), w, yerr=common.yerr(r, col), capsize=2, color=COLORS[s],
+                   edgecolor="black", linewidth=0.4, label=LABELS[s])
         ax.set_xticks(range(len(wls)))
         ax.set_xticklabels(wls, fontsize=7, rotation=20, ha="right")
         ax.set_ylabel(ylabel)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(systems), fontsize=8)
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(systems)), fontsize=8)
+    n = int(agg["n_seeds"].max()) if len(agg) else 0
     fig.suptitle(f"Mamba prefix caching on Jamba-1.5-Mini (4×H100), shared-prefix arXiv-QA — {note}; "
-                 f"{common.sim_label(mode)}; the paper publishes no values for this comparison", fontsize=9)
+                 f"{common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; the paper publishes no values here",
+                 fontsize=9)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
     fig.savefig(path, dpi=130)
     plt.close(fig)
@@ -123,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = common.timer()
     rows = common.parallel(run_cell, tasks, args.jobs)
     df = common.write_summary(rows, args, elapsed())
-    cols = ["workload", "system", "prefix_hit_rate", "throughput_req_s", "ttft_mean", "checkpoints_admitted",
-            "mean_cached_gib", "preemptions", "status"]
-    print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    agg = common.write_means(df, args, KEYS, METRICS)
+    print(agg[[c for c in agg if not c.endswith(("_ci_lo", "_ci_hi"))]].to_string(
+        index=False, float_format=lambda v: f"{v:.3f}"))
     plot(df, common.figure_path(args), args.mode, st.get("plot_note", ""))
     return 0 if (df["status"] == "ok").all() else 1
 

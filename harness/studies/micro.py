@@ -39,38 +39,43 @@ ROW_FIELDS = ("throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "tt
 TRACE_POINTS = 400
 
 
-def cells(study: dict[str, Any], smoke: bool) -> list[tuple[str, str, float | None, list[str]]]:
-    """(part, system, x, overrides) for every cell of the study."""
+def cells(study: dict[str, Any], smoke: bool) -> list[tuple[str, str, float | None, int, list[str]]]:
+    """(part, system, x, seed, overrides) for every cell of the study. A part's ``seeds`` override
+    the study's, except when ``seeds=`` was given on the command line."""
     out = []
     for part in PARTS:
         spec = study["parts"].get(part)
         if spec is None:
             continue
         base = common.overrides_of(spec["cell"])
+        seeds = study.get("seeds", [0]) if study.get("seeds_from_cli") else spec.get("seeds", study.get("seeds", [0]))
         for system in spec.get("systems", ["vllm", "jenga"]):
-            if part == "prefix_cache":
-                for n in common.grid(spec["articles"], smoke):
-                    out.append((part, system, float(n), base + [f"dataset.articles_per_group={int(n)}"]))
-            elif part == "latency":
-                for rate in common.grid(spec["rates"], smoke):
-                    out.append((part, system, float(rate), base + [f"engine.request_rate={rate}"]))
-            else:
-                out.append((part, system, None, base))
+            for seed in seeds:
+                if part == "prefix_cache":
+                    for n in common.grid(spec["articles"], smoke):
+                        out.append((part, system, float(n), int(seed), base + [f"dataset.articles_per_group={int(n)}"]))
+                elif part == "latency":
+                    for rate in common.grid(spec["rates"], smoke):
+                        out.append((part, system, float(rate), int(seed), base + [f"engine.request_rate={rate}"]))
+                else:
+                    out.append((part, system, None, int(seed), base))
     return out
 
 
-def run_one(part: str, system: str, x: float | None, overrides: list[str], mode: str, extra: list[str],
-            force: bool) -> dict[str, Any]:
+def run_one(part: str, system: str, x: float | None, seed: int, overrides: list[str], mode: str, extra: list[str],
+            force: bool, first_seed: int = 0) -> dict[str, Any]:
+    """One cell through :func:`harness.run.run_overrides`; the first seed's trace path is kept."""
     from harness.run import run_overrides
 
-    ov = overrides + [f"system={system}", f"mode={mode}"] + extra + (["force=true"] if force else [])
+    ov = overrides + [f"system={system}", f"mode={mode}", f"seed={seed}"] + extra + (["force=true"] if force else [])
     rec = run_overrides(ov)
-    row = {"part": part, "system": system, "x": x, "model": rec.get("model"), "dataset": rec.get("dataset"),
+    row = {"part": part, "system": system, "x": x, "seed": seed, "model": rec.get("model"),
+           "dataset": rec.get("dataset"),
            **{k: rec.get(k) for k in ROW_FIELDS}}
     prov = rec.get("provenance") or {}
     row.update({"git_rev": prov.get("git_rev"), "dirty": prov.get("dirty"), "time": prov.get("time"),
                 "overrides": " ".join(ov)})
-    if part in ("frag_trace", "decode_batch") and rec.get("status") == "ok":
+    if part in ("frag_trace", "decode_batch") and rec.get("status") == "ok" and seed == first_seed:
         row["trace"] = str(_trace_path(ov))
     return row
 
@@ -97,9 +102,20 @@ def decimated_traces(rows: list[dict]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+METRICS = ["throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99",
+           "e2e_mean", "mean_decode_batch", "mean_running", "waste_fraction", "prefix_hit_rate", "preemptions",
+           "num_steps"]
+KEYS = ["part", "system", "x"]
+
+
+def _line(ax, a: pd.DataFrame, col: str, scale: float = 1.0, **kw) -> None:
+    ax.errorbar(a["x"], a[col] * scale, yerr=common.yerr(a, col, scale), capsize=2, **kw)
+
+
 def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
+    """Six panels: the two traces (first seed) and the seed means (95 % CI whiskers) of the sweeps."""
     fig, ax = plt.subplots(2, 3, figsize=(16, 8.4))
-    ok = df[df["status"] == "ok"]
+    agg = common.aggregate(df.assign(x=df["x"].fillna(-1.0)), KEYS, METRICS)
     for s in ("vllm", "jenga"):
         kw = {"color": COLORS[s], "label": LABELS[s]}
         t = traces[(traces["part"] == "frag_trace") & (traces["system"] == s)] if len(traces) else traces
@@ -108,16 +124,18 @@ def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
         t = traces[(traces["part"] == "decode_batch") & (traces["system"] == s)] if len(traces) else traces
         if len(t):
             ax[0, 1].step(t["time_s"], t["num_running"], where="post", **kw)
-        p = ok[(ok["part"] == "prefix_cache") & (ok["system"] == s)].sort_values("x")
-        ax[0, 2].plot(p["x"], 100 * p["prefix_hit_rate"], marker="o", **kw)
-        ax[1, 0].plot(p["x"], p["throughput_req_s"], marker="o", **kw)
-        lat = ok[(ok["part"] == "latency") & (ok["system"] == s)].sort_values("x")
-        ax[1, 1].plot(lat["x"], lat["ttft_mean"], marker="o", **kw)
-        ax[1, 1].plot(lat["x"], lat["e2e_mean"], marker="s", linestyle="--", color=COLORS[s])
-        ax[1, 2].plot(lat["x"], 1e3 * lat["tpot_mean"], marker="o", **kw)
-    db = ok[ok["part"] == "decode_batch"].set_index("system")
+        if not len(agg):
+            continue
+        p = agg[(agg["part"] == "prefix_cache") & (agg["system"] == s)].sort_values("x")
+        _line(ax[0, 2], p, "prefix_hit_rate", 100, marker="o", **kw)
+        _line(ax[1, 0], p, "throughput_req_s", marker="o", **kw)
+        lat = agg[(agg["part"] == "latency") & (agg["system"] == s)].sort_values("x")
+        _line(ax[1, 1], lat, "ttft_mean", marker="o", **kw)
+        _line(ax[1, 1], lat, "e2e_mean", marker="s", linestyle="--", color=COLORS[s])
+        _line(ax[1, 2], lat, "tpot_mean", 1e3, marker="o", **kw)
+    db = agg[agg["part"] == "decode_batch"].set_index("system") if len(agg) else agg
     note = ", ".join(f"{LABELS[s]}: mean decode batch {db.loc[s, 'mean_decode_batch']:.1f}, "
-                     f"{int(db.loc[s, 'num_steps'])} steps" for s in ("vllm", "jenga") if s in db.index)
+                     f"{db.loc[s, 'num_steps']:.0f} steps" for s in ("vllm", "jenga") if s in db.index)
     titles = [("Ministral-8B, arXiv-QA: memory waste over time", "simulated time (s)", "waste (% of allocated)"),
               ("20 requests at once (55k-110k in): running batch", "simulated time (s)", "running requests"),
               ("arXiv-QA prefix caching: hit rate", "articles per shared prefix (× 4 questions)",
@@ -137,8 +155,10 @@ def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
         a.axvline(4.0, color="black", linestyle=":", linewidth=0.8)
         a.text(4.05, 0.98, "paper's range ends (4 req/s)", transform=a.get_xaxis_transform(), fontsize=7,
                va="top")
-    fig.suptitle(f"The paper's micro-experiments on H100 — {common.sim_label(mode)}; setups from the paper, "
-                 "results ours (the paper publishes no values for these panels)", fontsize=10)
+    n = int(agg["n_seeds"].max()) if len(agg) else 0
+    fig.suptitle(f"The paper's micro-experiments on H100 — {common.sim_label(mode)}; setups from the paper, results "
+                 f"ours (no published values for these panels); sweeps: mean of {n} seed(s), 95 % CI; traces: "
+                 "first seed", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -151,16 +171,21 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"micro: unknown part(s) {unknown}; allowed: {list(PARTS)}")
     gpu = args.study.get("gpu", "h100")
     extra = [f"gpu={gpu}"] + args.overrides
-    tasks = [(p, s, x, ov, args.mode, extra, args.force) for p, s, x, ov in cells(args.study, args.smoke)]
+    plan = cells(args.study, args.smoke)
+    first = {}
+    for p, s, x, seed, _ in plan:
+        first.setdefault(p, seed)
+    tasks = [(p, s, x, seed, ov, args.mode, extra, args.force, first[p]) for p, s, x, seed, ov in plan]
     elapsed = common.timer()
     rows = common.parallel(run_one, tasks, args.jobs)
     df = common.write_summary(rows, args, elapsed())
     traces = decimated_traces(rows)
     traces.to_csv(args.out / f"traces{args.suffix}.csv", index=False)
     df.drop(columns=["trace"], errors="ignore").to_csv(args.out / f"summary{args.suffix}.csv", index=False)
-    cols = ["part", "system", "x", "throughput_req_s", "ttft_mean", "tpot_mean", "e2e_mean", "mean_decode_batch",
-            "num_steps", "waste_fraction", "prefix_hit_rate", "status"]
-    print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    agg = common.write_means(df, args, KEYS, METRICS)
+    cols = ["part", "system", "x", "n_seeds", "throughput_req_s", "ttft_mean", "tpot_mean", "e2e_mean",
+            "mean_decode_batch", "num_steps", "waste_fraction", "prefix_hit_rate"]
+    print(agg[[c for c in cols if c in agg]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     plot(df, traces, common.figure_path(args), args.mode)
     return 0 if (df["status"] == "ok").all() else 1
 

@@ -60,39 +60,49 @@ def run_pair(pair: dict[str, Any], system: str, k: int, p: float, mode: str, ext
         return common.failed_row(keys, exc)
 
 
+METRICS = ["throughput_req_s", "tpot_mean", "ttft_mean", "mean_decode_batch", "tokens_per_decode_step",
+           "accepted_per_proposal", "preemptions"]
+KEYS = ["target", "draft", "system"]
+
+
 def plot(df: pd.DataFrame, path, mode: str) -> None:
-    ok = df[df["status"] == "ok"]
+    """Throughput normalised to the per-model split, and TPOT; bars are seed means, whiskers 95 % CIs."""
+    agg = common.aggregate(df, KEYS, METRICS)
     pairs = list(dict.fromkeys(zip(df["target"], df["draft"])))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     w = 0.26
     for i, (t, d) in enumerate(pairs):
-        rows = ok[(ok["target"] == t) & (ok["draft"] == d)]
-        base = rows[rows["system"] == "per_model_split"]["throughput_req_s"]
+        rows = agg[(agg["target"] == t) & (agg["draft"] == d)] if len(agg) else agg
+        base = rows[rows["system"] == "per_model_split"]["throughput_req_s"] if len(rows) else []
         for j, s in enumerate(LABELS):
-            r = rows[rows["system"] == s]
-            if r.empty:
-                axes[0].text(i + (j - 1) * w, 0.02, "×", color="red", ha="center")
+            x = i + (j - 1) * w
+            r = rows[rows["system"] == s] if len(rows) else rows
+            if len(r) == 0 or len(base) == 0:
+                axes[0].text(x, 0.02, "×", color="red", ha="center")
                 continue
-            v = float(r["throughput_req_s"].iloc[0])
-            norm = v / float(base.iloc[0]) if len(base) else float("nan")
+            scale = 1.0 / float(base.iloc[0])
+            norm = float(r["throughput_req_s"].iloc[0]) * scale
             lab = LABELS[s] if i == 0 else None
-            axes[0].bar(i + (j - 1) * w, norm, w, color=COLORS[s], edgecolor="black", linewidth=0.4, label=lab)
-            axes[0].text(i + (j - 1) * w, norm + 0.02, f"{norm:.2f}", ha="center", fontsize=7)
-            axes[1].bar(i + (j - 1) * w, float(r["tpot_mean"].iloc[0]) * 1e3, w, color=COLORS[s],
+            axes[0].bar(x, norm, w, yerr=common.yerr(r, "throughput_req_s", scale), capsize=2, color=COLORS[s],
                         edgecolor="black", linewidth=0.4, label=lab)
+            axes[0].text(x, norm + 0.03, f"{norm:.2f}", ha="center", fontsize=7)
+            axes[1].bar(x, float(r["tpot_mean"].iloc[0]) * 1e3, w, yerr=common.yerr(r, "tpot_mean", 1e3), capsize=2,
+                        color=COLORS[s], edgecolor="black", linewidth=0.4)
     names = [f"{t}\n+ {d}" for t, d in pairs]
     for ax in axes:
         ax.set_xticks(range(len(pairs)))
         ax.set_xticklabels(names, fontsize=7)
     axes[0].axhline(1.0, color="black", linestyle=":", linewidth=0.6)
     axes[0].set_ylabel("request throughput / per-model split (×)")
-    axes[0].set_title("throughput (req/s, normalised)", fontsize=9)
+    axes[0].set_title("throughput (req/s, normalised to the per-model split)", fontsize=9)
     axes[1].set_ylabel("mean TPOT (ms per output token)")
     axes[1].set_title("time per output token", fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
+    n = int(agg["n_seeds"].max()) if len(agg) else 0
     fig.suptitle(f"Speculative decoding, draft + target in one KV pool (k=3, acceptance 0.7), H100 — "
-                 f"{common.sim_label(mode)}; no published per-system values", fontsize=9)
+                 f"{common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; no published per-system values",
+                 fontsize=9)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
     fig.savefig(path, dpi=130)
     plt.close(fig)
@@ -108,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = common.timer()
     rows = common.parallel(run_pair, tasks, args.jobs)
     df = common.write_summary(rows, args, elapsed())
-    cols = ["target", "draft", "system", "throughput_req_s", "tpot_mean", "mean_decode_batch",
-            "accepted_per_proposal", "tokens_per_decode_step", "preemptions", "status"]
-    print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    agg = common.write_means(df, args, KEYS, METRICS)
+    print(agg[[c for c in agg if not c.endswith(("_ci_lo", "_ci_hi"))]].to_string(
+        index=False, float_format=lambda v: f"{v:.3f}"))
     plot(df, common.figure_path(args), args.mode)
     return 0 if (df["status"] == "ok").all() else 1
 

@@ -67,30 +67,43 @@ def run_cell(model: str, system: str, rate: float, cell: dict, mode: str, extra:
         return common.failed_row(keys, exc)
 
 
+METRICS = ["throughput_req_s", "ttft_mean", "tpot_mean", "e2e_mean", "encoder_runs_per_image_token",
+           "mean_running", "preemptions", "peak_allocated_gib"]
+KEYS = ["model", "system", "request_rate"]
+
+
 def plot(df: pd.DataFrame, path, mode: str) -> None:
-    ok = df[df["status"] == "ok"]
+    """Throughput (rate inf) normalised to re-encode, TTFT and TPOT at the model's rate; bars are
+    seed means, whiskers 95 % CIs."""
+    agg = common.aggregate(df, KEYS, METRICS)
     models = list(dict.fromkeys(df["model"]))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     w = 0.26
+    inf = float("inf")
     for i, m in enumerate(models):
-        rows = ok[ok["model"] == m]
-        thr = rows[rows["request_rate"] == float("inf")]
-        lat = rows[rows["request_rate"] != float("inf")]
+        rows = agg[agg["model"] == m] if len(agg) else agg
+        if len(rows) == 0:
+            continue
+        thr = rows[rows["request_rate"] == inf]
+        lat = rows[rows["request_rate"] != inf]
         base = thr[thr["system"] == "reencode"]["throughput_req_s"]
         for j, s in enumerate(LABELS):
             x = i + (j - 1) * w
             lab = LABELS[s] if i == 0 else None
             r = thr[thr["system"] == s]
-            if not r.empty and len(base):
-                v = float(r["throughput_req_s"].iloc[0]) / float(base.iloc[0])
-                axes[0].bar(x, v, w, color=COLORS[s], edgecolor="black", linewidth=0.4, label=lab)
-                axes[0].text(x, v + 0.02, f"{v:.2f}", ha="center", fontsize=7)
+            if len(r) and len(base):
+                scale = 1.0 / float(base.iloc[0])
+                v = float(r["throughput_req_s"].iloc[0]) * scale
+                axes[0].bar(x, v, w, yerr=common.yerr(r, "throughput_req_s", scale), capsize=2, color=COLORS[s],
+                            edgecolor="black", linewidth=0.4, label=lab)
+                axes[0].text(x, v + 0.03, f"{v:.2f}", ha="center", fontsize=7)
             r = lat[lat["system"] == s]
-            if not r.empty:
-                axes[1].bar(x, float(r["ttft_mean"].iloc[0]), w, color=COLORS[s], edgecolor="black", linewidth=0.4)
-                axes[2].bar(x, float(r["tpot_mean"].iloc[0]) * 1e3, w, color=COLORS[s], edgecolor="black",
-                            linewidth=0.4)
-    rates = {m: lat_rate for m, lat_rate in zip(ok["model"], ok["request_rate"]) if lat_rate != float("inf")}
+            if len(r):
+                axes[1].bar(x, float(r["ttft_mean"].iloc[0]), w, yerr=common.yerr(r, "ttft_mean"), capsize=2,
+                            color=COLORS[s], edgecolor="black", linewidth=0.4)
+                axes[2].bar(x, float(r["tpot_mean"].iloc[0]) * 1e3, w, yerr=common.yerr(r, "tpot_mean", 1e3),
+                            capsize=2, color=COLORS[s], edgecolor="black", linewidth=0.4)
+    rates = {m: r for m, r in zip(agg.get("model", []), agg.get("request_rate", [])) if r != inf}
     names = [f"{m}\n({rates.get(m, '?')} req/s)" for m in models]
     for ax in axes:
         ax.set_xticks(range(len(models)))
@@ -105,8 +118,10 @@ def plot(df: pd.DataFrame, path, mode: str) -> None:
     axes[2].set_title("time per output token at the model's rate", fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
+    n = int(agg["n_seeds"].max()) if len(agg) else 0
     fig.suptitle("Vision embeddings under chunked prefill (budget 1024 tokens), MMMU-pro on H100 — "
-                 f"{common.sim_label(mode)}; no published per-system values", fontsize=9)
+                 f"{common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; no published per-system values",
+                 fontsize=9)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
     fig.savefig(path, dpi=130)
     plt.close(fig)
@@ -124,9 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = common.timer()
     rows = common.parallel(run_cell, tasks, args.jobs)
     df = common.write_summary(rows, args, elapsed())
-    cols = ["model", "system", "request_rate", "throughput_req_s", "ttft_mean", "tpot_mean", "e2e_mean",
-            "encoder_runs_per_image_token", "mean_running", "preemptions", "status"]
-    print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    agg = common.write_means(df, args, KEYS, METRICS)
+    print(agg[[c for c in agg if not c.endswith(("_ci_lo", "_ci_hi"))]].to_string(
+        index=False, float_format=lambda v: f"{v:.3f}"))
     plot(df, common.figure_path(args), args.mode)
     return 0 if (df["status"] == "ok").all() else 1
 
