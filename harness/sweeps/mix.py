@@ -81,9 +81,12 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
     grid = summary[summary["model"] == p.runs[0].model]
     grid_texts = sorted({int(float(t)) for t in grid["text"]})
     for i, t in enumerate(grid_texts or texts):
+        # For mllama the analytic waste depends on the image share only (every curve coincides);
+        # draw each text length anyway so a model where it does not would show it.
         share = images / (images + t)
-        ax1.plot(share, 100 * analytic_curve(model_ov, t, images), color=f"C{i}", linewidth=1,
-                 label=f"analytic, text {t} tokens")
+        ax1.plot(share, 100 * analytic_curve(model_ov, t, images), color="gray", linewidth=1.2, alpha=0.8,
+                 label="analytic, text " + ", ".join(map(str, grid_texts)) + " tokens (curves coincide)"
+                 if i == 0 else None)
     v = summary[summary["system"] == "vllm"]
     j = summary[summary["system"] == "jenga"]
     ax1.scatter(v["image_share"], 100 * v["waste_fraction"], marker="o", color="black", s=20, zorder=3,
@@ -98,10 +101,15 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
     ax1.set_title("waste: analytic (lines) and simulated (points)", fontsize=10)
     ax1.legend(fontsize=6.5, frameon=False, loc="upper left")
     ax1.grid(alpha=0.3, linewidth=0.4)
-    for k, (label, g) in enumerate(j.groupby("model", sort=False)):
+    main = p.runs[0].model
+    groups = [(f"text {int(float(t))} tokens (ours)", g.sort_values("image_share"), "-o")
+              for t, g in j[j["model"] == main].groupby("text", sort=True)]
+    groups += [(f"{label} (ours)", g, "s^Dv"[k % 4]) for k, (label, g) in
+               enumerate(j[j["model"] != main].groupby("model", sort=False))]
+    for k, (label, g, fmt) in enumerate(groups):
         err = np.nan_to_num(np.vstack([g["speedup"] - g["speedup_ci_lo"], g["speedup_ci_hi"] - g["speedup"]]))
-        ax2.errorbar(g["image_share"], g["speedup"], yerr=err, fmt="os^"[k % 3], ms=5, capsize=2,
-                     linestyle="none", label=f"{label} (ours)")
+        ax2.errorbar(g["image_share"], g["speedup"], yerr=err, fmt=fmt, ms=5, capsize=2, color=f"C{k}",
+                     linewidth=0.8, label=label)
     ps = _paper_speedup(p.gpu)
     mm = j[j["model"].str.contains("MMMU", regex=False)]
     if ps is not None and len(mm):
@@ -110,11 +118,12 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
     ax2.axhline(1.0, color="gray", linewidth=0.6)
     ax2.set_xlabel("image share of the request's tokens, I / (T + I)")
     ax2.set_ylabel("Jenga throughput / vLLM throughput (×)")
-    ax2.set_title("Jenga speedup over vLLM (PagedAttention)", fontsize=10)
+    ax2.set_title("Jenga speedup over vLLM (lines: fixed text, image tokens 0→6404)", fontsize=10)
     ax2.legend(fontsize=6.5, frameon=False, loc="upper left")
     ax2.grid(alpha=0.3, linewidth=0.4)
     fig.suptitle(f"Image/text-mix sweep, Llama-3.2-11B-Vision on {p.gpu.upper()} (simulated): "
-                 "image tokens 0-6404, text tokens " + ", ".join(map(str, texts)), fontsize=9)
+                 "image tokens 0-6404, text tokens " + ", ".join(map(str, grid_texts)) + " (+ MMMU-pro, chat mix)",
+                 fontsize=9)
     common.footer(fig, p)
     fig.tight_layout(rect=(0, 0.03, 1, 0.95))
     return common.save(fig, out, p)
