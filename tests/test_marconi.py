@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jenga
 from harness.sim.marconi import MarconiManager
@@ -102,3 +104,26 @@ def test_flop_aware_eviction_order(alpha, first_evicted):
     assert (ts[80] > ts[64]) == (alpha > 0)
     order = sorted(sid, key=lambda pos: ev.key_of(t, sid[pos]))
     assert order[0] == first_evicted
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 120), st.integers(1, 90)), min_size=1, max_size=8))
+def test_checkpoints_only_at_branch_points_or_last_token(reqs):
+    """Random requests = (shared stem id, shared length, own suffix length): every checkpoint Marconi
+    admits sits at the request's last block-aligned prompt token or where its cached prefix ends."""
+    mm = MarconiManager(SPECS, CAP, 16, True)
+    seen = []
+    for i, (stem, shared, own) in enumerate(reqs):
+        toks = [stem * 1000 + j for j in range(shared)] + [10**6 + 1000 * i + j for j in range(own)]
+        r = _req(f"r{i}", toks)
+        pts = mm.admission_points(r)
+        n = len(toks)
+        assert len(pts) <= 2 and all(p % 16 == 0 and 0 < p <= n for p in pts)
+        assert n < 16 or n - n % 16 in pts                       # the last token, block-aligned
+        branch = [p for p in pts if p != n - n % 16]
+        if branch:  # a branch point never extends past what another request shared
+            assert any(toks[:branch[0]] == prev[:branch[0]] for prev in seen)
+        before = mm.admitted
+        _serve(mm, r)
+        assert mm.admitted - before <= len(pts)
+        seen.append(toks)
