@@ -28,11 +28,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from harness.plots import SYSTEM_COLORS, SYSTEM_LABELS, SYSTEM_ORDER
 from harness.studies import common
 
 PARTS = ("frag_trace", "decode_batch", "prefix_cache", "latency")
-COLORS = {"vllm": "#7f7f7f", "jenga": "#1f77b4"}
-LABELS = {"vllm": "vLLM (PagedAttention)", "jenga": "Jenga"}
+COLORS = {**SYSTEM_COLORS, "vllm": "#7f7f7f", "jenga": "#1f77b4"}
+LABELS = {**SYSTEM_LABELS, "hybrid_groups": "hybrid groups (today's vLLM)"}
 ROW_FIELDS = ("throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99",
               "e2e_mean", "mean_decode_batch", "mean_running", "waste_fraction", "prefix_hit_rate", "preemptions",
               "num_steps", "num_requests", "kv_capacity_bytes", "simulated", "status", "error")
@@ -116,8 +117,8 @@ def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
     """Six panels: the two traces (first seed) and the seed means (95 % CI whiskers) of the sweeps."""
     fig, ax = plt.subplots(2, 3, figsize=(16, 8.4))
     agg = common.aggregate(df.assign(x=df["x"].fillna(-1.0)), KEYS, METRICS)
-    for s in ("vllm", "jenga"):
-        kw = {"color": COLORS[s], "label": LABELS[s]}
+    for s in [x for x in SYSTEM_ORDER if x in set(df["system"])]:
+        kw = {"color": COLORS.get(s, "#333333"), "label": LABELS.get(s, s)}
         t = traces[(traces["part"] == "frag_trace") & (traces["system"] == s)] if len(traces) else traces
         if len(t):
             ax[0, 0].plot(t["time_s"], 100 * t["waste_fraction"], **kw)
@@ -131,7 +132,7 @@ def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
         _line(ax[1, 0], p, "throughput_req_s", marker="o", **kw)
         lat = agg[(agg["part"] == "latency") & (agg["system"] == s)].sort_values("x")
         _line(ax[1, 1], lat, "ttft_mean", marker="o", **kw)
-        _line(ax[1, 1], lat, "e2e_mean", marker="s", linestyle="--", color=COLORS[s])
+        _line(ax[1, 1], lat, "e2e_mean", marker="s", linestyle="--", color=kw["color"])
         _line(ax[1, 2], lat, "tpot_mean", 1e3, marker="o", **kw)
     db = agg[agg["part"] == "decode_batch"].set_index("system") if len(agg) else agg
     note = ", ".join(f"{LABELS[s]}: mean decode batch {db.loc[s, 'mean_decode_batch']:.1f}, "
