@@ -131,3 +131,64 @@ def test_prefix_hits_counted_on_first_admission():
                           enable_prefix_caching=True)
     sched, _, _ = simulate(mm, UnitCost(), cfg, reqs)
     assert [s.hit_tokens for s in sched.seqs] == [0, 16]
+
+
+# -- vLLM v0's can_allocate gate (whole prompt, watermark 1 %) --------------------------------------
+
+def _v0(budget=1024, gate=True, cache=False):
+    return SchedulerConfig(max_num_seqs=8, token_budget=budget, mixed=False, chunked_prefill=False,
+                           enable_prefix_caching=cache, v0_can_allocate=gate, watermark=0.01)
+
+
+def test_v0_gate_waits_for_the_watermark_instead_of_preempting():
+    # 100 pages of 4 tokens (watermark 1 page). Two prompts of 200 tokens (50 pages each), 2 outputs.
+    # Without the gate both are admitted (100 pages) and A's first decode page preempts B. With it,
+    # B needs 50 pages + the 1-page watermark while only 50 are free: it waits until A finishes.
+    reqs = make_requests([(200, 2), (200, 2)])
+    sched, trace, _ = simulate(_mm(100), UnitCost(), _v0(gate=False), reqs)
+    assert sched.num_preemptions == 1
+    sched, trace, _ = simulate(_mm(100), UnitCost(), _v0(), reqs)
+    assert sched.num_preemptions == 0
+    assert [t["num_prefill_tokens"] for t in trace] == [200, 0, 200, 0]
+    assert [s.finish_time for s in sched.seqs] == [2.0, 4.0]
+
+
+def test_v0_gate_never_admits_a_prompt_inside_the_watermark():
+    # A 400-token prompt needs all 100 pages: capacity - required = 0 < 1-page watermark -> ignored
+    # (AllocStatus.NEVER); without the gate it fits exactly and runs.
+    reqs = make_requests([(400, 1)])
+    assert simulate(_mm(100), UnitCost(), _v0(gate=False), reqs)[0].num_ignored == 0
+    assert simulate(_mm(100), UnitCost(), _v0(), reqs)[0].num_ignored == 1
+
+
+def test_v0_gate_counts_whole_prompts_against_the_token_budget_despite_hits():
+    # R0 and R1 leave two different 196-token prefixes cached; A (R0's prefix) and B (R1's) arrive
+    # after them. Each needs only 4 new tokens, but v0 counts 200 per prompt against the 300-token
+    # budget, so they prefill in two steps (without the gate: one step of 4 + 4 tokens).
+    import numpy as np
+
+    from harness.workloads.request import Request
+
+    def req(name, t, base, tail):
+        ids = np.concatenate([np.arange(base, base + 196), np.arange(tail, tail + 4)]).astype(np.int32)
+        return Request(name, t, ids, 1)
+    reqs = [req("r0", 0.0, 1000, 5000), req("r1", 0.0, 2000, 6000),
+            req("a", 10.0, 1000, 7000), req("b", 10.0, 2000, 8000)]
+    _, trace, _ = simulate(_mm(300, cache=True), UnitCost(), _v0(300, gate=False, cache=True), reqs)
+    assert [t["num_prefill_tokens"] for t in trace] == [200, 200, 8]
+    sched, trace, _ = simulate(_mm(300, cache=True), UnitCost(), _v0(300, cache=True), reqs)
+    assert [t["num_prefill_tokens"] for t in trace] == [200, 200, 4, 4]
+    assert [s.hit_tokens for s in sched.seqs] == [0, 0, 196, 196]
+
+
+def test_full_prompt_probe_counts_every_sliding_window_page():
+    # Jenga's v0 fork counts all prompt blocks of a sliding-window layer at admission ("prefill
+    # phase allocates all blocks"), not just the window: the probe must see the whole prompt.
+    import jenga
+    from harness.sim.scheduler import FullPromptProbe
+    from jenga.spec import FullAttentionSpec, SlidingWindowSpec
+    specs = [FullAttentionSpec("full", 1, 2), SlidingWindowSpec("sw", 3, 2, window=8)]
+    mm = jenga.make_manager("jenga", specs, 1 << 20, tokens_per_page=4, enable_prefix_cache=False)
+    req = make_requests([(64, 1)])[0]
+    # 64 tokens x (1 + 3 layers) x 2 bytes, exactly page-aligned: 512 bytes.
+    assert FullPromptProbe(mm).required_bytes(req, 64) == 512

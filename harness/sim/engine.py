@@ -17,6 +17,10 @@ from harness.sim.scheduler import Scheduler, SchedulerConfig
 from harness.workloads.request import Request
 from jenga.spec import page_geometry
 
+# vLLM v0's BlockSpaceManager default (``watermark: float = 0.01``); the artifact's launch
+# commands do not change it.
+V0_WATERMARK = 0.01
+
 
 def scheduler_config(engine, profile: ModelProfile) -> SchedulerConfig:
     """The cell's scheduling policy from its engine settings (see ``cost.profile_tokens``)."""
@@ -30,7 +34,11 @@ def scheduler_config(engine, profile: ModelProfile) -> SchedulerConfig:
         max_num_seqs=int(_get(engine, "max_num_seqs", 256)),
         token_budget=profile_tokens(engine, max_len),
         mixed=mixed, chunked_prefill=mixed,
-        enable_prefix_caching=bool(_get(engine, "enable_prefix_caching", False)))
+        enable_prefix_caching=bool(_get(engine, "enable_prefix_caching", False)),
+        # Both v0 forks (upstream BlockSpaceManagerV2, Jenga's PerlayerBlockSpaceManager) admit a
+        # prefill only if its whole sequence fits above the 1 % watermark (scheduler docstring).
+        v0_can_allocate=version == "v0",
+        watermark=V0_WATERMARK)
 
 
 def make_manager(system: str, profile: ModelProfile, capacity: int, engine, options: dict | None):

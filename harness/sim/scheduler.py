@@ -16,6 +16,18 @@ caching is on) and requeued at the front of the waiting queue; on readmission it
 prompt plus the tokens it had generated. Prefix hits are counted only on a request's first
 admission (hit rate = first-admission hit tokens / prompt tokens); later hits save compute but
 are not hits. Admission is FCFS: the first waiting request that does not fit stops admission.
+
+**v0 admission gate** (``SchedulerConfig.v0_can_allocate``): vLLM v0's ``_schedule_prefills``
+asks the block manager ``can_allocate`` before a prefill, and both the upstream v0.6.x
+``BlockSpaceManagerV2`` and the artifact's ``PerlayerBlockSpaceManager`` (Jenga's v0 fork)
+answer from the pages the request's **whole** token sequence needs, ignoring prefix-cache hits,
+against free + evictable pages minus a watermark of ``watermark`` × all pages (default 0.01):
+``total − required < watermark`` → never (the request is ignored), ``free + evictable − required
+< watermark`` → later (admission stops). Pages a running request shares are not free, so a
+request whose prefix another running request holds still needs room for all of it. The same
+prefill counts its whole prompt against the token budget (v0 does not know the hit until the
+model runner). We measure "required" as the bytes the same allocator gives the sequence from an
+empty pool (:class:`FullPromptProbe`).
 """
 
 from __future__ import annotations
@@ -69,6 +81,39 @@ class SchedulerConfig:
     mixed: bool                    # True: v1 / chunked-prefill policy; False: v0 prefill priority
     chunked_prefill: bool
     enable_prefix_caching: bool
+    v0_can_allocate: bool = False  # vLLM v0's whole-prompt admission gate (module docstring)
+    watermark: float = 0.01        # v0 BlockSpaceManager watermark, fraction of all pages
+
+
+class FullPromptProbe:
+    """Bytes an allocator gives a request's whole token sequence, counted from an empty pool with
+    no prefix cache: what v0's ``can_allocate`` counts as required. One scratch manager of the
+    same class is reused (allocate, read, free); results are cached per page count and images,
+    which is all that page counts depend on."""
+
+    def __init__(self, mm: MemoryManager) -> None:
+        self._mm = mm
+        self._scratch: MemoryManager | None = None
+        self._cache: dict[tuple, int] = {}
+
+    def required_bytes(self, req: Request, num_tokens: int) -> int:
+        tpp = self._mm.tokens_per_page
+        key = (-(-num_tokens // tpp), tuple((im.offset, im.num_tokens) for im in req.images))
+        if key not in self._cache:
+            if self._scratch is None:
+                # Room for anything the real pool could ever hold (static partitions split it).
+                self._scratch = type(self._mm)(self._mm.specs, 8 * self._mm.capacity_bytes,
+                                               tokens_per_page=tpp, enable_prefix_cache=False)
+            probe = Request(f"__probe_{key[0]}", 0.0, req.prompt_token_ids[:num_tokens],
+                            req.output_len, req.images)
+            # A preempted request's sequence also holds the tokens it generated.
+            probe.output_token_ids.extend(req.output_token_ids[:max(0, num_tokens - req.prompt_len)])
+            if self._scratch.allocate(probe, num_tokens):
+                self._cache[key] = self._scratch.usage().allocated_bytes
+                self._scratch.free(probe)
+            else:
+                self._cache[key] = 1 << 62   # larger than any pool: never fits
+        return self._cache[key]
 
 
 class Scheduler:
@@ -86,6 +131,7 @@ class Scheduler:
         self.num_ignored = 0
         # (head request, (free + cached, per-type allocated bytes) when its admission failed)
         self._blocked: tuple[SeqState, tuple[int, dict[str, int]]] | None = None
+        self._probe = FullPromptProbe(mm) if config.v0_can_allocate else None
 
     # -- queues -------------------------------------------------------------------------------
     def arrive(self, now: float) -> None:
@@ -161,12 +207,38 @@ class Scheduler:
         # can gain room for one type while its total stays flat).
         return now_free <= then_free and all(now_types.get(k, 0) >= v for k, v in then_types.items())
 
+    def _can_allocate(self, seq: SeqState) -> str:
+        """vLLM v0's ``can_allocate``: "ok", "later" or "never" (see the module docstring)."""
+        assert self._probe is not None
+        u = self.mm.usage()
+        required = self._probe.required_bytes(seq.req, seq.target)
+        watermark = self.cfg.watermark * u.capacity_bytes
+        if u.capacity_bytes - required < watermark:
+            return "never"
+        return "ok" if u.free_bytes + u.cached_bytes - required >= watermark else "later"
+
+    def _ignore(self, seq: SeqState) -> None:
+        self.waiting.popleft()
+        seq.ignored = seq.done = True
+        self.num_ignored += 1
+
     def _admit(self, budget: int, chunk: bool) -> list[Scheduled]:
         out: list[Scheduled] = []
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:
             seq = self.waiting[0]
             if not out and self._still_blocked(seq):
                 break
+            if self._probe is not None:
+                status = self._can_allocate(seq)
+                if status == "never":
+                    self._ignore(seq)
+                    continue
+                if status == "later":
+                    self._blocked = (seq, self._reclaimable()) if not out else None
+                    break
+                # v0 counts the whole prompt against the token budget (hits are found later).
+                if not chunk and out and seq.target > budget:
+                    break
             hit = self.mm.lookup_prefix(seq.req) if self.cfg.enable_prefix_caching else 0
             n = seq.target - hit
             if chunk:
@@ -177,9 +249,7 @@ class Scheduler:
                 if not self.running and not out:
                     # Nothing else holds memory, so this request can never fit: drop it as
                     # vLLM does for prompts longer than the KV pool.
-                    self.waiting.popleft()
-                    seq.ignored = seq.done = True
-                    self.num_ignored += 1
+                    self._ignore(seq)
                     continue
                 self._blocked = (seq, self._reclaimable()) if not out else None
                 break
@@ -193,7 +263,7 @@ class Scheduler:
             seq.num_computed = hit
             self.running.append(seq)
             out.append(self._entry(seq, n))
-            budget -= n
+            budget -= seq.target if (self._probe is not None and not chunk) else n
         return out
 
     @staticmethod
