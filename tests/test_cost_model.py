@@ -36,9 +36,13 @@ def test_kv_capacity_formula_exact():
     prof = tiny_profile(active_params=10**9)
     eng = tiny_engine(max_model_len=4096, max_num_seqs=8)
     cm = CostModel(prof, tiny_gpu(), eng)
-    # Profiling pass: 4096 tokens x (3*4096 + 4*1024) x 2 B, plus 8 rows of fp32 logits.
-    act = 4096 * (3 * 4096 + 4 * 1024) * 2 + 8 * 1000 * 4
+    # Profiling pass (v0): 4096 tokens x (3*4096 + 4*1024) x 2 B; the sampler's sort over 8 rows
+    # x 1000 logits x 38 B runs after the forward and is smaller, so it does not add.
+    act = 4096 * (3 * 4096 + 4 * 1024) * 2
     assert cm.activation_peak_bytes() == act
+    # v1 (token budget 8192): the forward plus 8 rows of fp32 logits.
+    v1 = CostModel(prof, tiny_gpu(), tiny_engine(max_model_len=4096, max_num_seqs=8, engine_version="v1"))
+    assert v1.activation_peak_bytes() == 8192 * (3 * 4096 + 4 * 1024) * 2 + 8 * 1000 * 4
     expected = int(80 * 2**30 * 0.9 - 2 * 10**9 - act - costmod.NON_TORCH_BYTES)
     assert cm.kv_capacity_bytes() == expected
     assert CostModel(prof, tiny_gpu(), tiny_engine(kv_cache_bytes=12345)).kv_capacity_bytes() == 12345
@@ -119,3 +123,13 @@ def test_fp8_keeps_embedding_and_lm_head_in_bf16():
                         extra={"embedding_params": 1000, "tie_word_embeddings": True})
     assert CostModel.loaded_weight_bytes(tied) == 10**9 + 1000
     assert CostModel.loaded_weight_bytes(tiny_profile(active_params=10**9)) == 2 * 10**9
+
+
+def test_v0_profiling_peak_is_the_sampler_sort_when_it_exceeds_the_forward():
+    # 2048 tokens over 256 dummy sequences of a 128k vocabulary (PyramidKV-like): v0's profiling
+    # pass samples every sequence with top_k = vocab - 1, so the sort of 256 x 128256 logits at
+    # 38 B each (1.16 GiB) is the peak, not the 2048-token forward; it is never divided by TP.
+    prof = tiny_profile(active_params=10**9, vocab_size=128256)
+    for count in (1, 4):
+        cm = CostModel(prof, tiny_gpu(count=count), tiny_engine(max_model_len=2048, max_num_seqs=256))
+        assert cm.activation_peak_bytes() == 256 * 128256 * costmod.SAMPLER_BYTES_PER_LOGIT

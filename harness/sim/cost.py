@@ -26,10 +26,23 @@ KV capacity (vLLM's start-up profiling, per cell)::
 The activation peak is that of vLLM's profiling forward pass of ``P`` tokens (P = the scheduler
 token budget, see :func:`profile_tokens`), the largest live set of one decoder layer:
 ``P · (3 · intermediate / TP + 4 · hidden) · 2 bytes`` (MoE: ``top_k`` copies of the expert
-intermediate), plus the sampler's fp32 logits for ``max_num_seqs`` rows, plus, for VLMs, the
-vision encoder's dummy pass over ``max_num_seqs`` images of ``max_tiles`` tiles
-(``VISION_ACT_FACTOR`` × embedding bytes per image token). ``engine.kv_cache_bytes`` overrides
-all of it.
+intermediate), plus, for VLMs, the vision encoder's dummy pass over ``max_num_seqs`` images of
+``max_tiles`` tiles (``VISION_ACT_FACTOR`` × embedding bytes per image token); then the sampler
+over ``R = min(max_num_seqs, P)`` rows (one per dummy sequence: logits are computed for each
+sequence's last token only):
+
+- **v0** (vLLM 0.6.x ``ModelRunner.profile_run``, read in the source): the dummy requests sample
+  with ``top_k = vocab − 1, top_p = 0.99`` "to reflect the accurate memory usage", which runs
+  ``_apply_top_k_top_p``: a full-vocabulary sort (fp32 values + int64 indices), softmax, cumsum,
+  two masks, the int64 inverse permutation and the gathered result, ``SAMPLER_BYTES_PER_LOGIT``
+  bytes per logit in all. The sampler runs after the forward has released its activations, so the
+  peak is ``max(forward, sampler)``. Logits are gathered to TP rank 0 (``tensor_model_parallel_
+  gather``) and the block count is the minimum over ranks, so the sampler term is not divided by
+  TP.
+- **v1**: ``forward + R · vocab · 4 B / TP`` (fp32 logits; the April-2025 V1 runner's sampler
+  memory was not checked against its source).
+
+``engine.kv_cache_bytes`` overrides all of it.
 """
 
 from __future__ import annotations
@@ -71,6 +84,10 @@ NON_TORCH_BYTES = GiB // 5
 NCCL_BYTES = GiB // 2             # NCCL + custom all-reduce buffers per GPU when TP > 1
 ACT_BYTES = 2                     # activations are bf16 even for fp8-weight models
 VISION_ACT_FACTOR = 3             # live bytes per image token in the encoder pass / embedding bytes
+# Live bytes per logit at the peak of v0.6's ``_apply_top_k_top_p`` (profiling pass): input logits
+# (fp32 4) + sorted values (4) + sort indices (int64 8) + top-k mask (bool 1) + softmax (4) +
+# cumsum (4) + top-p mask (1) + inverse permutation (int64 8) + gathered logits (4).
+SAMPLER_BYTES_PER_LOGIT = 38
 
 
 def _get(cfg, key: str, default=None):
@@ -247,12 +264,15 @@ class CostModel:
         tokens = profile_tokens(self.engine, max_len)
         inter = p.intermediate_size * (max(1, p.experts_per_token) if self._moe else 1)
         layer = tokens * (3 * inter / self.tp + 4 * p.hidden_size) * ACT_BYTES
-        logits = min(seqs, tokens) * p.vocab_size * 4 / self.tp
         vision = 0.0
         if p.vision is not None:
             per_image = p.vision.max_tiles * p.vision.tokens_per_tile
             vision = seqs * per_image * p.vision.embedding_bytes_per_token * VISION_ACT_FACTOR / self.tp
-        return int(layer + logits + vision)
+        rows = min(seqs, tokens)
+        if str(_get(self.engine, "engine_version", "v0")) == "v0":
+            # After the forward, on rank 0, with the dummy top-k/top-p sort (module docstring).
+            return int(max(layer + vision, rows * p.vocab_size * SAMPLER_BYTES_PER_LOGIT))
+        return int(layer + vision + rows * p.vocab_size * 4 / self.tp)
 
     def kv_capacity_bytes(self) -> int:
         """KV bytes for the whole TP group; ``engine.kv_cache_bytes`` overrides the estimate."""
