@@ -86,8 +86,10 @@ def plot(table: pd.DataFrame, summary: pd.DataFrame, p: SweepPlan, out: Path) ->
     ax2.set_ylabel("large pages in use (% of the pool's large pages, time-avg.)")
     ax2.set_title("large-page occupancy under churn", fontsize=9)
     ax2.legend(fontsize=6, frameon=False)
-    ax3.set_ylabel("allocations by a fallback path (%): steal + any free small + evict small")
-    ax3.set_title("LCM allocator fallback-path frequency", fontsize=9)
+    ax3.set_ylabel("small pages from a shared, partly used large page (%)")
+    ax3.set_title("fallback-path frequency (steal + any free small + evict small)", fontsize=9)
+    ax3.text(0.02, 0.5, "Jenga (solid): each request fills its own large pages first;\n"
+             "w/o request-aware (dashed) this is the normal path", transform=ax3.transAxes, fontsize=7)
     fig.suptitle(f"LCM page geometry and the two-level allocator under churn on {p.gpu.upper()} (simulated); "
                  "no published values", fontsize=9)
     common.footer(fig, p)
