@@ -209,14 +209,18 @@ def test_hydra_joblib_launcher_runs_cells(tmp_path):
                  "axes: {rate: {key: engine.request_rate, values: [.inf]}}\n"
                  "cells: [{model: llama3_1_8b, dataset: mmlu_pro, dataset.num_requests: 4}]\n")
     cli = ["mode=smoke", f"out_dir={tmp_path / 'runs'}"]
-    cmd = driver.launcher_command(f, 2, cli, "joblib", 2, False, tmp_path / "hydra")
+    # One worker runs both jobs: the second must still find the cell schema (the joblib launcher
+    # restores Hydra's singletons before each job).
+    cmd = driver.launcher_command(f, 2, cli, "joblib", 1, False, tmp_path / "hydra")
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(list((tmp_path / "runs").rglob("record.json"))) == 2
     assert (tmp_path / "hydra" / "1" / ".hydra" / "overrides.yaml").exists()
-    recs = driver.run_inline(plan(f, cli), 1, progress=False)
-    assert [r.get("reused") for r in recs] == [True, True]
+    recs = driver.collect(plan(f, cli))
+    assert [(r["status"], r.get("reused"), r["seed"]) for r in recs] == [("ok", True, 0), ("ok", True, 1)]
+    missing = driver.collect(plan(f, [*cli, "seeds=7"]))
+    assert missing[0]["status"] == "failed" and "no launcher job finished this cell" in missing[0]["error"]
 
 
 def test_driver_module_entry_point():

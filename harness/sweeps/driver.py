@@ -76,15 +76,36 @@ def launcher_command(study: str | Path, n_cells: int, cli: list[str], launcher: 
     return cmd + list(hydra_args)
 
 
+def collect(p: SweepPlan) -> list[dict[str, Any]]:
+    """Read every cell's record without running anything: the record, else its failure record,
+    else a failure saying no launcher job finished the cell."""
+    from harness.config import compose_cell
+    from harness.records import read_record
+    from harness.run import cell_dir
+
+    out = []
+    for r in p.runs:
+        try:
+            d = cell_dir(compose_cell(r.overrides))
+        except Exception as exc:  # noqa: BLE001
+            out.append({"status": "failed", "error": f"{type(exc).__name__}: {exc}", "overrides": r.overrides})
+            continue
+        rec = read_record(d / "record.json") or read_record(d / "failure.json") or \
+            {"status": "failed", "error": f"no record: no launcher job finished this cell ({d})"}
+        out.append({**rec, "reused": True} if rec.get("status") == "ok" else rec)
+    return out
+
+
 def run_launcher(study: str | Path, p: SweepPlan, cli: list[str], launcher: str, jobs: int, force: bool,
                  hydra_args: list[str] = ()) -> list[dict[str, Any]]:
-    """Run the cells through a Hydra launcher, then read the records back (reused, not rerun)."""
+    """Run the cells through a Hydra launcher, then read the records back (nothing reruns here: a
+    cell no job finished is a failure row; rerunning the sweep resumes it)."""
     sweep_dir = REPO_ROOT / "results" / p.name / "cells" / "hydra"
     cmd = launcher_command(study, len(p.runs), cli, launcher, jobs, force, sweep_dir, hydra_args)
     proc = subprocess.run(cmd, cwd=REPO_ROOT, check=False)
     if proc.returncode != 0:
         print(f"launcher exited with {proc.returncode}; collecting what finished", file=sys.stderr)
-    return run_inline(p, 1, force=False, progress=False)
+    return collect(p)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+# Registered before Hydra snapshots its singletons: the joblib launcher restores that snapshot in
+# each job, so a schema registered only inside a (reused) worker would vanish for its next job.
+from harness import config as cell_config
 from harness.sweeps.driver import run_one
 from harness.sweeps.plan import plan
 
@@ -21,6 +24,7 @@ from harness.sweeps.plan import plan
 @hydra.main(config_path="../conf", config_name="sweep", version_base="1.3")
 def main(cfg: DictConfig) -> str:
     """Plan the study and run cell ``cfg.cell``; returns the record's status."""
+    cell_config.register()
     runs = plan(str(cfg.study), [str(o) for o in cfg.cli]).runs
     if not 0 <= int(cfg.cell) < len(runs):
         raise ValueError(f"cell={cfg.cell} is out of range; the study has {len(runs)} cells (0..{len(runs) - 1})")
