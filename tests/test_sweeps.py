@@ -236,3 +236,25 @@ def test_experiment_driver_takes_seeds_from_the_command_line():
     three = experiment.plan(EXP / "fig14.yaml", ["mode=smoke", "seeds=0,1,2"])
     assert len(three.runs) == 3 * len(one.runs) and {r.seed for r in three.runs} == {0, 1, 2}
     assert not any(o.startswith("seeds=") for r in three.runs for o in r.overrides)
+
+
+@pytest.mark.parametrize("study", ["ablation", "lcm_churn"])
+def test_ablation_and_lcm_reports_smoke(tmp_path, study):
+    out = tmp_path / "out"
+    rc = driver.main([str(EXP / f"{study}.yaml"), "mode=smoke", f"out_dir={tmp_path / 'runs'}", "--jobs", "1",
+                      "--out", str(out), "--no-progress"])
+    assert rc == 0 and (out / f"{study}_smoke.png").exists()
+    s = pd.read_csv(out / "summary_smoke.csv")
+    base = s[s.system == s.baseline]
+    assert len(base) and (base["speedup"] == 1.0).all()
+    if study == "ablation":
+        assert set(s[s.model == "llama3_2_11b_vision"].system) == set(ablation.LADDER)
+        assert s[s.model == "jamba_1_5_mini"].baseline.unique().tolist() == ["static_partition"]
+        assert (out / "attribution_smoke.csv").exists()
+    else:
+        t = pd.read_csv(out / "lcm_table_smoke.csv")
+        assert set(t.model) == {"llama3_2_11b_vision", "jamba_1_5_mini"}
+        j = s[s.system == "jenga"]
+        assert (j["frac_fallback"] == 0).all() and (j["frac_request_hit"] > 0.5).all()
+        fracs = s[[f"frac_{k}" for k in lcm.ALLOC_PATHS]].sum(axis=1)
+        assert np.allclose(fracs, 1.0)
