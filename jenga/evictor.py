@@ -52,6 +52,11 @@ class PrefixSubsetEvictor:
         self._lists[t if self.per_type else 0].remove(key)
         return key[0], -key[1]
 
+    def in_order(self):
+        """Every cached ``(type, sid)`` in eviction order (one shared queue only)."""
+        assert not self.per_type, "in_order needs the shared queue (per_type=False)"
+        return ((key[2], key[3]) for key in self._lists[0])
+
     def peek_lru(self, t: int | None = None) -> tuple[int, int] | None:
         """``(type, sid)`` of the page to evict next (of type ``t``, or overall)."""
         lst = self._lists[t if (self.per_type and t is not None) else 0]

@@ -82,6 +82,11 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     def _make_pool(self, **options) -> Pool:
         raise TypeError(f"{type(self).__name__} must define _make_pool")
 
+    def _fits(self, rs: ReqState, prev: int, T: int, demand: dict[int, int], hits) -> bool:
+        """Whether the request can grow to ``T`` tokens: ``demand`` new pages per type besides the
+        cached ``hits`` it pins. Paged systems ask the pool; the oracle counts exact bytes."""
+        return not demand or self.pool.can_fit(demand)
+
     # -- allocate -----------------------------------------------------------------------------------
     def num_computed_tokens(self, request: RequestView) -> int:
         rs = self.reqs.get(request.request_id)
@@ -116,7 +121,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             if fresh:
                 demand[t] = len(fresh)
         rs.prev = prev
-        if demand and not (self.pool.can_fit(demand) and self._alloc_pages(rs, plans, {}, T)):
+        if not self._fits(rs, prev, T, demand, {}) or (demand and not self._alloc_pages(rs, plans, {}, T)):
             for t, plan in enumerate(plans):
                 if plan is not None:
                     st = self.types[t]
@@ -153,7 +158,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         hits = self._plan_hits(rs, plans, prev) if self.enable_prefix_cache else {}
         for t, js in hits.items():
             demand[t] -= len(js)
-        if not self.pool.can_fit({t: c for t, c in demand.items() if c > 0}):
+        if not self._fits(rs, prev, T, {t: c for t, c in demand.items() if c > 0}, hits):
             return False
         if not self._alloc_pages(rs, plans, hits, T):
             return False

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from itertools import pairwise
 
+from jenga.baselines.oracle import ExactPool
 from jenga.flat_pages import PartitionedPool
 from jenga.paged import PagedManager
 from jenga.pages import LcmPagePool
@@ -39,6 +40,9 @@ def check_invariants(mgr: PagedManager) -> None:
     u = mgr.usage()
     u.check()
     pool = mgr.pool
+    if isinstance(pool, ExactPool):
+        _check_exact(mgr)
+        return
     # 1. No byte owned twice, and everything inside the capacity.
     iv = sorted(owned_intervals(mgr))
     for (a0, a1, na), (b0, b1, nb) in pairwise(iv):
@@ -99,3 +103,24 @@ def check_invariants(mgr: PagedManager) -> None:
         assert needed <= held, f"request {rs.rid}: needed {needed} > held {held} bytes"
     assert u.needed_bytes + u.unneeded_bytes + u.fragmentation_bytes == sum(
         n * st.page_bytes for n, st in zip(pool.used, mgr.types))
+
+
+def _check_exact(mgr: PagedManager) -> None:
+    """The oracle: reference counts = holders, cached bytes = sum of the cached pages' exact bytes,
+    running bytes = needed bytes (nothing more), within capacity."""
+    pool = mgr.pool
+    holders: Counter = Counter()
+    for rs in mgr.reqs.values():
+        for t, pages in enumerate(rs.pages):
+            for sid in pages.values():
+                holders[(t, sid)] += 1
+        for t, sid, *_ in rs.transients:
+            holders[(t, sid)] += 1
+    refs = Counter({(t, sid): r for t, d in enumerate(mgr.ref) for sid, r in d.items()})
+    assert holders == refs, f"refcounts {dict(refs)} != holders {dict(holders)}"
+    cached = [(t, sid) for t in range(len(mgr.types)) for sid in mgr.page_key[t] if (t, sid) not in refs]
+    assert sum(pool.cached) == len(cached) == (len(pool.evictor) if pool.evictor else 0)
+    assert pool.cached_bytes == sum(pool.data[k] for k in cached)
+    assert sum(pool.used) == len(refs)
+    assert mgr._running() + pool.cached_bytes <= mgr.capacity_bytes
+    assert mgr.tot_needed == sum(rs.contrib[0] for rs in mgr.reqs.values())

@@ -1,72 +1,185 @@
 """Oracle: byte-granular memory that keeps exactly what some layer will still read.
 
-No pages, no rounding, nothing kept that no layer reads: allocated bytes = needed bytes, so its
-waste is zero by construction; it is the physical limit the paged systems are measured against.
-A request fits while the sum of every running request's needed bytes stays within capacity. It
-keeps no prefix cache (``lookup_prefix`` returns 0).
+No pages, no rounding, nothing kept that no layer reads: the bytes charged to running requests are
+their needed bytes (the policies' ``needed_bytes``), so its waste is zero by construction; it is the
+physical limit the paged systems are measured against. A request fits while every running
+request's needed bytes, plus the prefix cache, stay within capacity.
+
+With ``enable_prefix_cache`` it also caches, byte-exact, with the *same* per-type validity rules as
+Jenga (full attention: any cached prefix; sliding window: the window before the prefix end; Mamba:
+checkpoints; cross-attention / vision: whole images): it is a :class:`~jenga.paged.PagedManager`
+whose pool (:class:`ExactPool`) never runs out of page *names* -- a page id only names a cache entry
+or a request's block, it costs nothing by itself -- and whose feasibility check (``_fits``) counts
+exact bytes instead of pages. Cached content costs its exact data bytes and is evicted only when
+the bytes are needed, least recently used first in one queue balanced across types and aligned by
+prefix length (the prefix-subset evictor's order). Blocks are ``tokens_per_page`` tokens for the
+cache index (the paged systems' hash granularity; a token-granular index would at most add
+``tokens_per_page - 1`` hit tokens per request); bytes are never rounded.
 """
 
 from __future__ import annotations
 
-from jenga.interface import MemoryManager, MemoryUsage, RequestView
-from jenga.policies import policy_for
-from jenga.reqstate import ReqState, image_infos
-from jenga.spec import CrossAttentionSpec, SpecError, page_geometry
+from jenga.evictor import PrefixSubsetEvictor
+from jenga.paged import PagedManager
+from jenga.pages import EvictHook
+from jenga.reqstate import ReqState
 
 
-class Oracle(MemoryManager):
-    """The physical limit: allocated = needed, byte for byte."""
+class ExactPool:
+    """Cache bookkeeping without addresses: used/cached page counts, exact cached bytes, one LRU queue.
+
+    Same interface as the page pools (``alloc``, ``free``, ``to_cached``, ``from_cached``,
+    ``can_fit``, counters) so the paged manager runs unchanged; ``alloc`` always succeeds (byte
+    feasibility is the manager's ``_fits``)."""
+
+    num_large = 0
+    large_pages_used = 0
+
+    def __init__(self, page_bytes: list[int], capacity_bytes: int, enable_cache: bool = False):
+        nt = len(page_bytes)
+        self.page_bytes = list(page_bytes)
+        self.large_page_bytes = max(page_bytes)
+        self.capacity_bytes = capacity_bytes
+        self.used = [0] * nt
+        self.cached = [0] * nt
+        self.cached_bytes = 0
+        self.data: dict[tuple[int, int], int] = {}  # exact bytes a page would occupy once cached
+        self.evictor = PrefixSubsetEvictor(nt, per_type=False) if enable_cache else None
+        self.on_evict: EvictHook = lambda t, sid: None
+        self.path_counts = {"evict": 0}
+        self._next = 0
+
+    def stranded_bytes(self) -> int:
+        return 0
+
+    def can_fit(self, demand: dict[int, int]) -> bool:
+        return True
+
+    def alloc(self, t: int, owner: object, tight: bool = False) -> int:
+        sid = self._next
+        self._next += 1
+        self.used[t] += 1
+        return sid
+
+    def free(self, t: int, sid: int) -> None:
+        self.used[t] -= 1
+        self.data.pop((t, sid), None)
+
+    def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
+        b = self.data.setdefault((t, sid), self.page_bytes[t])
+        self.used[t] -= 1
+        self.cached[t] += 1
+        self.cached_bytes += b
+        self.evictor.add(t, sid, ts, plen)
+
+    def from_cached(self, t: int, sid: int) -> tuple[int, int]:
+        key = self.evictor.remove(t, sid)
+        self.cached[t] -= 1
+        self.used[t] += 1
+        self.cached_bytes -= self.data[(t, sid)]
+        return key
+
+    def release_owner(self, owner: object) -> None:
+        return None
+
+    def evict_until(self, limit: int, keep: set[tuple[int, int]] = frozenset()) -> None:
+        """Evict cached pages in LRU order (skipping ``keep``) until ``cached_bytes <= limit``."""
+        excess = self.cached_bytes - limit
+        if excess <= 0:
+            return
+        victims = []
+        for t, sid in self.evictor.in_order():
+            if (t, sid) in keep:
+                continue
+            victims.append((t, sid))
+            excess -= self.data[(t, sid)]
+            if excess <= 0:
+                break
+        for t, sid in victims:
+            self.evictor.remove(t, sid)
+            self.cached[t] -= 1
+            self.cached_bytes -= self.data.pop((t, sid))
+            self.on_evict(t, sid)
+            self.path_counts["evict"] += 1
+
+
+class Oracle(PagedManager):
+    """The physical limit: allocated = needed, byte for byte; cache kept in exact bytes."""
 
     system_name = "oracle"
 
     def __init__(self, specs, capacity_bytes: int, tokens_per_page: int = 16,
                  enable_prefix_cache: bool = False, **options):
-        if options:
-            raise SpecError(f"unknown option(s) {sorted(options)} for system 'oracle'; allowed: []")
-        self.specs = tuple(specs)
-        page_geometry(self.specs, tokens_per_page)
-        if not isinstance(capacity_bytes, int) or isinstance(capacity_bytes, bool) or capacity_bytes <= 0:
-            raise SpecError(f"capacity_bytes must be a positive integer, got {capacity_bytes!r}")
-        self.capacity_bytes = capacity_bytes
-        self.tokens_per_page = tokens_per_page
-        self.enable_prefix_cache = bool(enable_prefix_cache)
-        self.images_in_prompt = not any(isinstance(s, CrossAttentionSpec) for s in self.specs)
-        self.acct = [policy_for(s) for s in self.specs]
-        self.reqs: dict[object, ReqState] = {}
-        self.total = 0
+        self.transient_bytes = 0  # Mamba checkpoints held for one step (cache content in the making)
+        super().__init__(specs, capacity_bytes, tokens_per_page, enable_prefix_cache, **options)
 
-    def _needed(self, rs: ReqState, prev: int, T: int) -> int:
-        return sum(p.needed_bytes(rs, prev, T) for p in self.acct)
+    def _make_pool(self, **options) -> ExactPool:
+        return ExactPool([st.page_bytes for st in self.types], self.capacity_bytes, self.enable_prefix_cache)
 
-    def lookup_prefix(self, request: RequestView) -> int:
-        return 0
+    def _running(self) -> int:
+        """Bytes running requests occupy: their needed bytes, shared pages once, plus checkpoints."""
+        return max(0, self.tot_needed - self.dup_bytes) + self.transient_bytes
 
-    def allocate(self, request: RequestView, num_new_tokens: int) -> bool:
-        if not isinstance(num_new_tokens, int) or isinstance(num_new_tokens, bool) or num_new_tokens < 0:
-            raise SpecError(f"num_new_tokens must be an integer >= 0, got {num_new_tokens!r}")
-        rs = self.reqs.get(request.request_id)
-        if rs is None:
-            rs = ReqState(request.request_id, len(request.prompt_token_ids),
-                          image_infos(request, self.images_in_prompt), 0, None)
-        prev, T = rs.T, rs.T + num_new_tokens
-        new = self._needed(rs, prev, T)
-        if self.total - rs.contrib[0] + new > self.capacity_bytes:
+    def _fits(self, rs: ReqState, prev: int, T: int, demand: dict[int, int], hits) -> bool:
+        new_needed = sum(p.needed_bytes(rs, prev, T) for p in self.acct)
+        keep, shared, pinned = set(), 0, 0
+        for t, js in hits.items():
+            for j, sid in js:
+                if self.ref[t].get(sid, 0):
+                    shared += self._page_data(rs, t, j, T)  # already stored once for its other reader
+                else:
+                    keep.add((t, sid))
+                    pinned += self.pool.data[(t, sid)]  # leaves the cache, counted in new_needed
+        running = self._running() - rs.contrib[0] + new_needed - shared
+        if running > self.capacity_bytes:
             return False
-        self.total += new - rs.contrib[0]
-        rs.contrib = (new, new)
-        rs.prev, rs.T = prev, T
-        self.reqs[request.request_id] = rs
+        self.pool.evict_until(self.capacity_bytes - running + pinned, keep)
         return True
 
-    def free(self, request: RequestView) -> None:
-        rs = self.reqs.pop(request.request_id, None)
-        if rs is not None:
-            self.total -= rs.contrib[0]
+    def allocate(self, request, num_new_tokens: int) -> bool:
+        ok = super().allocate(request, num_new_tokens)
+        self._trim()
+        return ok
 
-    def num_computed_tokens(self, request: RequestView) -> int:
-        rs = self.reqs.get(request.request_id)
-        return 0 if rs is None else rs.T
+    def free(self, request) -> None:
+        super().free(request)
+        self._trim()
 
-    def usage(self) -> MemoryUsage:
-        return MemoryUsage(self.capacity_bytes, self.total, 0, 0, 0, self.capacity_bytes - self.total,
-                           path_counts={}, per_type_allocated_bytes={})
+    def _trim(self) -> None:
+        """Pages a request releases join the cache with their whole data (a window's edge page held
+        more than the layers read): evict until running + cached fit again."""
+        self.pool.evict_until(self.capacity_bytes - self._running())
+
+    def _unref(self, t: int, sid: int, ts: int, plen: int, key, data: int) -> None:
+        if self.ref[t][sid] == 1:
+            self.pool.data.setdefault((t, sid), data)  # what the page costs if it stays cached
+        super()._unref(t, sid, ts, plen, key, data)
+
+    # Mamba checkpoints are real copies of the state: count them while a request holds them.
+    def _snapshot_mamba(self, rs: ReqState, prev: int, T: int) -> None:
+        n0 = len(rs.transients)
+        super()._snapshot_mamba(rs, prev, T)
+        # Best effort, as in the paged managers: keep only the snapshots that fit next to the
+        # running requests (the cache can make room).
+        while len(rs.transients) > n0 and self._running() + sum(x[4] for x in rs.transients[n0:]) > self.capacity_bytes:
+            t, sid, *_ = rs.transients.pop()
+            del self.ref[t][sid]
+            self.pool.free(t, sid)
+        self.transient_bytes += sum(x[4] for x in rs.transients[n0:])
+
+    def _pin_mamba_checkpoints(self, rs: ReqState, L: int) -> None:
+        n0 = len(rs.transients)
+        super()._pin_mamba_checkpoints(rs, L)
+        self.transient_bytes += sum(x[4] for x in rs.transients[n0:])
+
+    def _release_transients(self, rs: ReqState) -> None:
+        self.transient_bytes -= sum(x[4] for x in rs.transients)
+        super()._release_transients(rs)
+
+    def usage(self):
+        from jenga.interface import MemoryUsage
+
+        running, cached = self._running(), self.pool.cached_bytes
+        return MemoryUsage(self.capacity_bytes, running, 0, 0, cached, self.capacity_bytes - running - cached,
+                           path_counts={**self.pool.path_counts, **self.extra_counts},
+                           per_type_allocated_bytes={})
