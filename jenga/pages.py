@@ -88,15 +88,24 @@ class LcmPagePool:
         """One small page of type ``t`` for ``owner`` (a request id), or None if nothing is left.
         ``tight`` prefers existing small pages over new large pages (used when retrying an
         allocation that must not waste large pages)."""
-        if self.ratio[t] == 1 and self.free_large:
-            # A small page that is a whole large page: nothing to share or tie, one level suffices.
-            lp = self.free_large.pop()
-            self.lp_type[lp] = t
-            self.lp_slots[lp] = []
-            self.lp_used[lp] = 1
-            self.used[t] += 1
-            self.path_counts["new_large"] += 1
-            return lp
+        if self.ratio[t] == 1:
+            # A small page that is a whole large page: nothing to share or tie, one level suffices,
+            # and request-awareness has nothing to choose. Out of free large pages, the evictable
+            # large page that goes is the least recently used cached page of *any* type (step 3
+            # before step 5): the per-type small-page LRU would keep stale pages of other types.
+            # Both variants take this path, so at ratio 1 they are identical (tests/test_jenga_oracle.py).
+            path = "new_large"
+            if not self.free_large and self.large_lru is not None and len(self.large_lru):
+                self._evict_large(self.large_lru.peek_lru())
+                path = "evict_large"
+            if self.free_large:
+                lp = self.free_large.pop()
+                self.lp_type[lp] = t
+                self.lp_slots[lp] = []
+                self.lp_used[lp] = 1
+                self.used[t] += 1
+                self.path_counts[path] += 1
+                return lp
         aware = self.request_aware
         if aware:
             sid = self._from_dict(self.owner_partial.get((t, owner)), t, "request_hit")

@@ -118,13 +118,15 @@ RATIO_ONE = {"full+drop": [FullAttentionSpec("full", 2, 64), TokenDropSpec("drop
                                                                                 min_tokens=4, sink=2)]}
 
 
-@settings(max_examples=30, deadline=None)
-@given(tpp=st.sampled_from([1, 4]), cache=st.booleans(), cap_pages=st.integers(2, 30),
-       ops=st.lists(op, min_size=1, max_size=40))
+@settings(max_examples=60, deadline=None)
+@given(tpp=st.sampled_from([1, 4]), cache=st.booleans(), cap_pages=st.integers(2, 10),
+       ops=st.lists(op, min_size=5, max_size=60))
 def test_request_aware_is_a_no_op_when_every_small_page_is_the_large_page(tpp, cache, cap_pages, ops):
     """Regression (ablation anomaly on PyramidKV-70B): with one small-page size the large page is one
     small page, so request-aware placement has nothing to choose; Jenga and Jenga without it must
-    take the same paths and end with the same usage."""
+    take the same paths and end with the same usage. (Small pools with the cache on used to differ:
+    out of free large pages, the variant without request-awareness evicted its own type's LRU
+    small page, Jenga the LRU large page of any type.)"""
     MIXES.update(RATIO_ONE)
     try:
         assert jenga.page_geometry(RATIO_ONE["full+drop"], tpp).large_page_bytes == 2 * 64 * tpp
