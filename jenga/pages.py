@@ -111,8 +111,16 @@ class LcmPagePool:
             sid = self._from_dict(self.owner_partial.get((t, owner)), t, "request_hit")
             if sid is not None:
                 return sid
-        order = ("any", "evict_small", "new", "evict_large") if (tight or not aware) else \
-            ("new", "evict_large", "any", "evict_small")
+        # Request-aware (paper §5.4): own page → empty large → evict large → any empty small → evict
+        # small. Without request-awareness a free small page of the type comes first, then the same
+        # order as Jenga (cached content is evicted only once no free memory is left, as in Jenga,
+        # so the ablation isolates placement). ``tight`` retries fill existing pages before anything.
+        if tight:
+            order = ("any", "evict_small", "new", "evict_large")
+        elif aware:
+            order = ("new", "evict_large", "any", "evict_small")
+        else:
+            order = ("any", "new", "evict_large", "evict_small")
         for step in order:
             if step == "new" and self.free_large:
                 self.path_counts["new_large"] += 1

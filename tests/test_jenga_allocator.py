@@ -60,6 +60,23 @@ def test_without_request_awareness_a_free_small_page_comes_first():
     assert p.path_counts["any_free_small"] == 1 and p.path_counts["new_large"] == 1
 
 
+def test_without_request_awareness_cache_is_evicted_only_when_memory_is_full():
+    """Ablation fidelity: the variant without request-awareness must not evict cached pages while
+    an empty large page is left (it used to evict a cached small page first)."""
+    p = toy_pool(3, request_aware=False, cache=True)
+    evicted = []
+    p.on_evict = lambda t, sid: evicted.append((t, sid))
+    a1, a2 = p.alloc(TEXT, "A"), p.alloc(TEXT, "A")  # one full text large page
+    p.to_cached(TEXT, a1, ts=1, plen=1)
+    p.to_cached(TEXT, a2, ts=1, plen=2)
+    b = p.alloc(TEXT, "B")                        # an empty large page, not a cached small page
+    assert evicted == [] and b // 2 != a1 // 2 and p.path_counts["new_large"] == 2
+    assert p.alloc(TEXT, "B") // 2 == b // 2      # a free small page of the type comes first
+    p.alloc(CROSS, "C")                           # the last empty large page
+    p.alloc(TEXT, "D")                            # full: evict the evictable large page (LRU)
+    assert sorted(evicted) == sorted([(TEXT, a1), (TEXT, a2)]) and p.path_counts["evict_large"] == 1
+
+
 def test_five_step_allocation_with_cache():
     p = toy_pool(3, cache=True)
     evicted = []
