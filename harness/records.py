@@ -94,6 +94,27 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+_CODE_GLOBS = ("jenga/**/*.py", "harness/**/*.py", "harness/conf/**/*.yaml", "datasets/**/*.yaml",
+               "datasets/**/*.json")
+_code_fp: str | None = None
+
+
+def code_fingerprint() -> str:
+    """Hash of every source file that can change a result (the allocators, the harness, its configs
+    and the offline-twin statistics). Part of a cell's record key, so a record made by other code is
+    never reused as if it were current; the git revision alone cannot serve, since committing
+    results changes it without changing the code. Computed once per process."""
+    global _code_fp
+    if _code_fp is None:
+        h = hashlib.sha1()
+        files = sorted({f for g in _CODE_GLOBS for f in REPO_ROOT.glob(g) if f.is_file()})
+        for f in files:
+            h.update(str(f.relative_to(REPO_ROOT)).encode())
+            h.update(f.read_bytes())
+        _code_fp = h.hexdigest()[:12]
+    return _code_fp
+
+
 def provenance(config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Where a record came from: git revision (+ dirty flag), package versions, host, UTC time,
     and the resolved cell config."""
@@ -107,6 +128,7 @@ def provenance(config: dict[str, Any] | None = None) -> dict[str, Any]:
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {
         "git_rev": _git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None,
+        "code_fingerprint": code_fingerprint(),
         "versions": versions, "host": socket.gethostname(), "platform": platform.platform(),
         "time": datetime.now(UTC).isoformat(timespec="seconds"), "config": config or {},
     }
@@ -216,6 +238,7 @@ def records_table(records: list[dict[str, Any]]):
         prov = r.get("provenance") or {}
         row["git_rev"] = prov.get("git_rev")
         row["dirty"] = prov.get("dirty")
+        row["code_fingerprint"] = prov.get("code_fingerprint")
         row["time"] = prov.get("time")
         wb = r.get("waste_breakdown") or {}
         for k, v in wb.items():

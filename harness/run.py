@@ -5,7 +5,8 @@
 Arguments are Hydra overrides, composed with :func:`harness.config.compose_cell`. The record goes
 to ``{out_dir}/{backend}/{gpu}/{model}/{dataset}/{system}/seed{seed}-{config hash}/record.json``
 with the per-step ``trace.csv`` beside it. The hash covers the whole resolved cell config (minus
-``out_dir``/``force``), so a changed setting never reuses a stale record. A finished record is
+``out_dir``/``force``) and the code fingerprint (``harness.records.code_fingerprint``), so neither a
+changed setting nor changed code ever reuses a stale record. A finished record is
 reused unless ``force=true``; an error writes ``failure.json`` beside the cell (never over a
 finished record) and is returned as a record with ``status: failed``.
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.records import make_record, read_record, record_dir, write_record, write_trace
+from harness.records import code_fingerprint, make_record, read_record, record_dir, write_record, write_trace
 
 BACKEND_MODULES = {"sim": "harness.sim.engine", "vllm_sched": "harness.vllm_sched", "vllm": "harness.vllm_backend"}
 
@@ -43,7 +44,9 @@ def cell_dir(cfg: DictConfig) -> Path:
     import json
 
     key = json.dumps(config_dict(cfg), sort_keys=True, default=str)
-    return record_dir(cfg.out_dir, cell_keys(cfg), [key])
+    # The code fingerprint is part of the key: a record made by different allocator/simulator code
+    # is not reused (it stays on disk, it is just not current).
+    return record_dir(cfg.out_dir, cell_keys(cfg), [key, f"code={code_fingerprint()}"])
 
 
 def _backend(name: str):

@@ -60,3 +60,16 @@ def test_make_write_load_record(tmp_path):
     assert df.loc[0, "waste_unneeded"] == 0.1
     fail = make_record(cell, [], None, {}, 0.0, error="ValueError: boom")
     assert fail["status"] == "failed" and fail["throughput_req_s"] is None and fail["simulated"] is True
+
+
+def test_code_fingerprint_is_part_of_the_cell_key(monkeypatch):
+    """A record made by other code must not be reused: the cell directory depends on the code."""
+    from harness import records, run
+    from harness.config import compose_cell
+
+    cfg = compose_cell(["model=llama3_1_8b", "dataset=synthetic", "mode=smoke"])
+    here = run.cell_dir(cfg)
+    assert records.code_fingerprint() == records.code_fingerprint()  # stable within a process
+    monkeypatch.setattr(records, "_code_fp", "other-code")
+    monkeypatch.setattr(run, "code_fingerprint", records.code_fingerprint)
+    assert run.cell_dir(cfg) != here
