@@ -8,6 +8,7 @@ step, right after scheduling (the state the step runs with). Every number is sim
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from harness.profile import ModelProfile
@@ -50,11 +51,26 @@ def make_manager(system: str, profile: ModelProfile, capacity: int, engine, opti
                               **dict(options or {}))
 
 
-def simulate(mm, cost: CostModel, sched_cfg: SchedulerConfig, requests: list[Request],
-             cross_attention: bool = False, max_steps: int = 10_000_000) -> tuple[Scheduler, list[dict], dict]:
-    """Run the loop to completion; returns the scheduler, the per-step trace and step aggregates."""
-    sched = Scheduler(mm, sched_cfg, [r.fresh_copy() for r in requests])
-    now = min((r.arrival_time for r in requests), default=0.0)
+StepCost = Callable[[list], float]
+Complete = Callable[[list, float], None]
+
+
+def step_time_hook(cost: CostModel, cross_attention: bool = False) -> StepCost:
+    """The default step cost: the step-time model over the scheduled batch."""
+    def step_cost(step: list) -> float:
+        return cost.step_time([(s.num_new_tokens, s.context_before, s.image_tokens_encoded,
+                                s.seq.req.num_image_tokens if cross_attention else 0) for s in step])
+    return step_cost
+
+
+def run_loop(sched: Scheduler, mm, step_cost: StepCost, complete: Complete | None = None,
+             max_steps: int = 10_000_000) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The discrete-event loop. ``step_cost`` prices a scheduled step and ``complete`` finishes it
+    (default ``sched.complete``): the hooks let studies (speculative decoding, vision-encoder
+    re-runs, Marconi admission) reuse this loop instead of copying it. Returns the per-step trace
+    and the step aggregates."""
+    complete = complete or sched.complete
+    now = min((s.req.arrival_time for s in sched.seqs), default=0.0)
     trace: list[dict[str, Any]] = []
     agg = {"waste": 0.0, "unneeded": 0.0, "frag": 0.0, "occupancy": 0.0, "running": 0.0,
            "decode_steps": 0, "decode_batch": 0, "samples": 0}
@@ -76,9 +92,7 @@ def simulate(mm, cost: CostModel, sched_cfg: SchedulerConfig, requests: list[Req
         steps += 1
         if steps > max_steps:
             raise RuntimeError(f"simulation exceeded {max_steps} steps")
-        batch = [(s.num_new_tokens, s.context_before, s.image_tokens_encoded,
-                  s.seq.req.num_image_tokens if cross_attention else 0) for s in step]
-        dt = cost.step_time(batch)
+        dt = step_cost(step)
         u = mm.usage()
         alloc = u.allocated_bytes
         waste = u.waste_fraction
@@ -101,8 +115,44 @@ def simulate(mm, cost: CostModel, sched_cfg: SchedulerConfig, requests: list[Req
                       "cached_bytes": u.cached_bytes, "free_bytes": u.free_bytes,
                       "preemptions": sched.num_preemptions})
         now += dt
-        sched.complete(step, now)
+        complete(step, now)
+    return trace, agg
+
+
+def simulate(mm, cost: CostModel, sched_cfg: SchedulerConfig, requests: list[Request],
+             cross_attention: bool = False, max_steps: int = 10_000_000) -> tuple[Scheduler, list[dict], dict]:
+    """Run the loop to completion; returns the scheduler, the per-step trace and step aggregates."""
+    sched = Scheduler(mm, sched_cfg, [r.fresh_copy() for r in requests])
+    trace, agg = run_loop(sched, mm, step_time_hook(cost, cross_attention), max_steps=max_steps)
     return sched, trace, agg
+
+
+def loop_metrics(sched: Scheduler, trace: list[dict], agg: dict, capacity: int) -> dict[str, Any]:
+    """The record's metric fields (contract §4) from a finished :func:`run_loop`."""
+    seqs = sched.seqs
+    metrics = summarize_requests(
+        [s.req.arrival_time for s in seqs], [s.first_token_time for s in seqs],
+        [s.finish_time for s in seqs], [s.req.prompt_len for s in seqs], [s.req.output_len for s in seqs])
+    n = max(1, agg["samples"])
+    prompt_tokens = sum(s.req.prompt_len for s in seqs if s.first_admitted)
+    hit_tokens = sum(s.hit_tokens for s in seqs)
+    metrics.update({
+        "mean_decode_batch": agg["decode_batch"] / agg["decode_steps"] if agg["decode_steps"] else 0.0,
+        "mean_running": agg["running"] / n,
+        "waste_fraction": agg["waste"] / n,
+        "waste_breakdown": {"unneeded": agg["unneeded"] / n, "fragmentation": agg["frag"] / n},
+        "prefix_hit_rate": hit_tokens / prompt_tokens if prompt_tokens else 0.0,
+        "prefix_hit_tokens": hit_tokens, "prompt_tokens": prompt_tokens,
+        "preemptions": sched.num_preemptions,
+        "recomputed_tokens": sum(s.recomputed_tokens for s in seqs),
+        "kv_capacity_bytes": capacity,
+        "large_page_occupancy": agg["occupancy"] / n,
+        "num_steps": len(trace), "num_ignored": sched.num_ignored,
+        "simulated_s": metrics["makespan_s"],
+    })
+    if not math.isfinite(metrics["makespan_s"]):
+        raise RuntimeError("non-finite makespan")
+    return metrics
 
 
 def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
@@ -115,31 +165,11 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     sched_cfg = scheduler_config(engine, profile)
     cross = profile.vision is not None and profile.vision.cross_attention
     sched, trace, agg = simulate(mm, cost, sched_cfg, requests, cross_attention=cross)
-    seqs = sched.seqs
-    metrics = summarize_requests(
-        [s.req.arrival_time for s in seqs], [s.first_token_time for s in seqs],
-        [s.finish_time for s in seqs], [s.req.prompt_len for s in seqs], [s.req.output_len for s in seqs])
-    n = max(1, agg["samples"])
-    prompt_tokens = sum(s.req.prompt_len for s in seqs if s.first_admitted)
-    hit_tokens = sum(s.hit_tokens for s in seqs)
     final = mm.usage()
     geom = page_geometry(list(profile.specs), int(_get(engine, "tokens_per_page", 16)))
-    metrics.update({
-        "mean_decode_batch": agg["decode_batch"] / agg["decode_steps"] if agg["decode_steps"] else 0.0,
-        "mean_running": agg["running"] / n,
-        "waste_fraction": agg["waste"] / n,
-        "waste_breakdown": {"unneeded": agg["unneeded"] / n, "fragmentation": agg["frag"] / n},
-        "prefix_hit_rate": hit_tokens / prompt_tokens if prompt_tokens else 0.0,
-        "prefix_hit_tokens": hit_tokens, "prompt_tokens": prompt_tokens,
-        "preemptions": sched.num_preemptions,
-        "recomputed_tokens": sum(s.recomputed_tokens for s in seqs),
-        "kv_capacity_bytes": capacity, "kv_capacity_pages": capacity // geom.large_page_bytes,
-        "large_page_occupancy": agg["occupancy"] / n,
-        "path_counts": dict(final.path_counts), "num_steps": len(trace), "num_ignored": sched.num_ignored,
-        "simulated_s": metrics["makespan_s"],
-    })
-    if not math.isfinite(metrics["makespan_s"]):
-        raise RuntimeError("non-finite makespan")
+    metrics = loop_metrics(sched, trace, agg, capacity)
+    metrics.update({"kv_capacity_pages": capacity // geom.large_page_bytes,
+                    "path_counts": dict(final.path_counts)})
     meta = {"simulated": True, "allocator": type(mm).__name__, "scheduler": vars(sched_cfg),
             "activation_peak_bytes": cost.activation_peak_bytes(), "tensor_parallel": cost.tp,
             "large_page_bytes": geom.large_page_bytes, "engine_overhead": vars(cost.overhead)}

@@ -2,9 +2,9 @@
 
 Standard cells (the micro-experiments) go through :func:`harness.run.run_overrides`, so they are
 cached records like any figure cell. Studies that change what a step does (speculative decoding,
-vision-encoder re-runs, Marconi admission) run :func:`run_loop`, the sim engine's discrete-event
-loop with two hooks -- the step cost and the step completion -- because ``harness.sim.engine``
-hard-wires both. Their rows carry the same metric names and a provenance block.
+vision-encoder re-runs, Marconi admission) run :func:`run_loop`, which is the sim engine's own
+discrete-event loop (``harness.sim.engine.run_loop``) with its two hooks -- the step cost and the
+step completion. Their rows carry the same metric names and a provenance block.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -23,7 +22,8 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from harness.records import provenance, summarize_requests
+from harness.records import provenance
+from harness.sim import engine
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROVENANCE_COLS = ("git_rev", "dirty", "time", "config_hash")
@@ -117,70 +117,15 @@ def parallel(fn: Callable[..., dict], tasks: list[tuple], jobs: int) -> list[dic
     return list(Parallel(n_jobs=jobs, backend="loky")(delayed(fn)(*t) for t in tasks))
 
 
-# -- the hookable loop ---------------------------------------------------------------------------
-StepCost = Callable[[list], float]
-Complete = Callable[[list, float], None]
-
-
-def run_loop(sched, mm, step_cost: StepCost, complete: Complete | None = None,
-             max_steps: int = 5_000_000) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """The sim engine's loop (``harness.sim.engine.simulate``) with the step cost and the step
-    completion as hooks. Returns the per-step trace and the step aggregates."""
-    complete = complete or sched.complete
-    now = min((s.req.arrival_time for s in sched.seqs), default=0.0)
-    trace: list[dict[str, Any]] = []
-    agg = {"waste": 0.0, "occupancy": 0.0, "running": 0.0, "decode_steps": 0, "decode_batch": 0, "samples": 0}
-    while sched.has_unfinished:
-        step = sched.schedule(now)
-        if not step and (sched.waiting or sched.running):
-            step = sched.schedule(now)  # a step that only preempted leaves work to readmit
-        if not step:
-            nxt = sched.next_arrival()
-            if nxt is None:
-                if sched.waiting or sched.running:
-                    raise RuntimeError("scheduler stalled with waiting/running requests and no arrivals")
-                break
-            now = max(now, nxt)
-            continue
-        if len(trace) >= max_steps:
-            raise RuntimeError(f"simulation exceeded {max_steps} steps")
-        dt = step_cost(step)
-        u = mm.usage()
-        num_decode = sum(1 for s in step if s.is_decode)
-        agg["samples"] += 1
-        agg["waste"] += u.waste_fraction
-        agg["occupancy"] += u.large_page_occupancy
-        agg["running"] += len(sched.running)
-        if num_decode:
-            agg["decode_steps"] += 1
-            agg["decode_batch"] += num_decode
-        trace.append({"step": len(trace) + 1, "time_s": now, "dt_s": dt, "num_running": len(sched.running),
-                      "num_decode": num_decode, "waste_fraction": u.waste_fraction,
-                      "allocated_bytes": u.allocated_bytes, "cached_bytes": u.cached_bytes})
-        now += dt
-        complete(step, now)
-    return trace, agg
+# -- the loop: the sim engine's own, with its step-cost / step-completion hooks -----------------------
+StepCost = engine.StepCost
+Complete = engine.Complete
+run_loop = engine.run_loop
 
 
 def loop_metrics(sched, trace: list[dict], agg: dict, capacity: int) -> dict[str, Any]:
-    """The record's metric fields (contract §4) from a finished :func:`run_loop`."""
-    seqs = sched.seqs
-    m = summarize_requests([s.req.arrival_time for s in seqs], [s.first_token_time for s in seqs],
-                           [s.finish_time for s in seqs], [s.req.prompt_len for s in seqs],
-                           [s.req.output_len for s in seqs])
-    n = max(1, agg["samples"])
-    prompt = sum(s.req.prompt_len for s in seqs if s.first_admitted)
-    hit = sum(s.hit_tokens for s in seqs)
-    m.update({"mean_decode_batch": agg["decode_batch"] / agg["decode_steps"] if agg["decode_steps"] else 0.0,
-              "mean_running": agg["running"] / n, "waste_fraction": agg["waste"] / n,
-              "large_page_occupancy": agg["occupancy"] / n,
-              "prefix_hit_rate": hit / prompt if prompt else 0.0, "prefix_hit_tokens": hit,
-              "prompt_tokens": prompt, "preemptions": sched.num_preemptions,
-              "num_ignored": sched.num_ignored, "num_steps": len(trace), "kv_capacity_bytes": capacity,
-              "simulated": True})
-    if not math.isfinite(m["makespan_s"]):
-        raise RuntimeError("non-finite makespan")
-    return m
+    """The record's metric fields (contract §4) from a finished :func:`run_loop`, marked simulated."""
+    return {**engine.loop_metrics(sched, trace, agg, capacity), "simulated": True}
 
 
 # -- rows, summaries, figures ------------------------------------------------------------------------
