@@ -152,7 +152,7 @@ def report(p: Plan, records: list[dict[str, Any]], out_dir: Path, default_gpu: s
     print(format_table(summary) if not summary.empty else "(no cells)")
     if not summary.empty and "speedup" in summary:
         m = analysis.means(summary)
-        print(f"\nJenga speedup over {len(p.baselines)} models ({p.gpu}, {p.backend}"
+        print(f"\nJenga speedup over {m['n_models']} models that ran ({p.gpu}, {p.backend}"
               f"{', simulated' if p.backend == 'sim' else ''}): geometric mean {m['ours_geo']:.3f}, "
               f"arithmetic mean {m['ours_arith']:.3f}")
         print(f"Paper's (published bars, {m['n_paired']} models): geometric mean {m['paper_geo']:.3f}, "
