@@ -72,3 +72,13 @@ def test_bad_override_gives_failure_row_and_cli_exit_code(tmp_path, fakes, capsy
     assert run.main(["model=no_such_model", f"out_dir={tmp_path}"]) == 1
     assert run.main(["model=llama3_1_8b", "mode=smoke", "system=jenga", f"out_dir={tmp_path}"]) == 0
     assert "(simulated)" in capsys.readouterr().out
+
+
+def test_speculative_tokens_on_a_plain_sim_cell_is_refused(tmp_path):
+    """A plain sim cell must not silently ignore speculative decoding."""
+    from harness.run import run_overrides
+
+    rec = run_overrides(["model=llama3_1_8b", "dataset=synthetic", "mode=smoke", f"out_dir={tmp_path}",
+                         "engine.num_speculative_tokens=3"])
+    assert rec["status"] == "failed"
+    assert "make specdec" in rec["error"]

@@ -159,6 +159,12 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     """Simulate one cell (contract §4)."""
     engine, gpu = cfg.engine, cfg.gpu
     system = str(cfg.system.name)
+    if int(_get(engine, "num_speculative_tokens", 0) or 0) > 0:
+        # Speculative decoding needs a draft model in the pool and a verify step; only the
+        # specdec study builds those. Refuse rather than silently simulating plain decoding.
+        raise ValueError("engine.num_speculative_tokens > 0 is simulated only by `make specdec` "
+                         "(harness/studies/specdec.py, draft + target in one pool); a single "
+                         "backend=sim cell does not model speculative decoding")
     cost = CostModel(profile, gpu, engine)
     capacity = cost.kv_capacity_bytes()
     mm = make_manager(system, profile, capacity, engine, _get(cfg.system, "options") or {})
