@@ -186,6 +186,30 @@ def write_means(df: pd.DataFrame, args: StudyArgs, keys: list[str], metrics: lis
     return agg
 
 
+def report(rows: list[dict[str, Any]], args: StudyArgs, wall_s: float, keys: list[str],
+           metrics: list[str], plot: Callable[[pd.DataFrame], None]) -> int:
+    """The end of every study: summary and seed means written, means printed, figure drawn
+    (``plot(df)``); exit code 0 only if every cell succeeded."""
+    df = write_summary(rows, args, wall_s)
+    agg = write_means(df, args, keys, metrics)
+    print(agg[[c for c in agg if not c.endswith(("_ci_lo", "_ci_hi"))]].to_string(
+        index=False, float_format=lambda v: f"{v:.3f}"))
+    plot(df)
+    return 0 if (df["status"] == "ok").all() else 1
+
+
+def finish_figure(fig, legend_ax, title: str, path: Path, ncol: int = 3) -> None:
+    """Shared legend under the panels, a suptitle (which says "simulated"), save, close."""
+    import matplotlib.pyplot as plt
+
+    handles, labels = legend_ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, ncol), fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
 def figure_path(args: StudyArgs) -> Path:
     return args.out / f"{args.study['name']}{args.suffix}.png"
 

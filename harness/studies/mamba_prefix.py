@@ -109,15 +109,10 @@ def plot(df: pd.DataFrame, path, mode: str, note: str) -> None:
         ax.set_xticks(range(len(wls)))
         ax.set_xticklabels(wls, fontsize=7, rotation=20, ha="right")
         ax.set_ylabel(ylabel)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(systems)), fontsize=8)
     n = int(agg["n_seeds"].max()) if len(agg) else 0
-    fig.suptitle(f"Mamba prefix caching on Jamba-1.5-Mini (4×H100), shared-prefix arXiv-QA — {note}; "
-                 f"{common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; the paper publishes no values here",
-                 fontsize=9)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    common.finish_figure(fig, axes[0], f"Mamba prefix caching on Jamba-1.5-Mini (4×H100), shared-prefix arXiv-QA "
+                         f"— {note}; {common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; the paper publishes "
+                         "no values here", path, ncol=len(systems))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,12 +124,8 @@ def main(argv: list[str] | None = None) -> int:
              for seed in st.get("seeds", [0])]
     elapsed = common.timer()
     rows = common.parallel(run_cell, tasks, args.jobs)
-    df = common.write_summary(rows, args, elapsed())
-    agg = common.write_means(df, args, KEYS, METRICS)
-    print(agg[[c for c in agg if not c.endswith(("_ci_lo", "_ci_hi"))]].to_string(
-        index=False, float_format=lambda v: f"{v:.3f}"))
-    plot(df, common.figure_path(args), args.mode, st.get("plot_note", ""))
-    return 0 if (df["status"] == "ok").all() else 1
+    return common.report(rows, args, elapsed(), KEYS, METRICS,
+                         lambda df: plot(df, common.figure_path(args), args.mode, st.get("plot_note", "")))
 
 
 if __name__ == "__main__":

@@ -97,15 +97,10 @@ def plot(df: pd.DataFrame, path, mode: str) -> None:
     axes[0].set_title("throughput (req/s, normalised to the per-model split)", fontsize=9)
     axes[1].set_ylabel("mean TPOT (ms per output token)")
     axes[1].set_title("time per output token", fontsize=9)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
     n = int(agg["n_seeds"].max()) if len(agg) else 0
-    fig.suptitle(f"Speculative decoding, draft + target in one KV pool (k=3, acceptance 0.7), H100 — "
-                 f"{common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; no published per-system values",
-                 fontsize=9)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    common.finish_figure(fig, axes[0], f"Speculative decoding, draft + target in one KV pool (k=3, acceptance "
+                         f"0.7), H100 — {common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; no published "
+                         "per-system values", path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,12 +112,8 @@ def main(argv: list[str] | None = None) -> int:
              for pair in pairs for s in st["systems"] for seed in st.get("seeds", [0])]
     elapsed = common.timer()
     rows = common.parallel(run_pair, tasks, args.jobs)
-    df = common.write_summary(rows, args, elapsed())
-    agg = common.write_means(df, args, KEYS, METRICS)
-    print(agg[[c for c in agg if not c.endswith(("_ci_lo", "_ci_hi"))]].to_string(
-        index=False, float_format=lambda v: f"{v:.3f}"))
-    plot(df, common.figure_path(args), args.mode)
-    return 0 if (df["status"] == "ok").all() else 1
+    return common.report(rows, args, elapsed(), KEYS, METRICS,
+                         lambda df: plot(df, common.figure_path(args), args.mode))
 
 
 if __name__ == "__main__":

@@ -116,15 +116,10 @@ def plot(df: pd.DataFrame, path, mode: str) -> None:
     axes[1].set_title("time to first token at the model's rate", fontsize=9)
     axes[2].set_ylabel("mean TPOT (ms per output token)")
     axes[2].set_title("time per output token at the model's rate", fontsize=9)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
     n = int(agg["n_seeds"].max()) if len(agg) else 0
-    fig.suptitle("Vision embeddings under chunked prefill (budget 1024 tokens), MMMU-pro on H100 — "
-                 f"{common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; no published per-system values",
-                 fontsize=9)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    common.finish_figure(fig, axes[0], "Vision embeddings under chunked prefill (budget 1024 tokens), MMMU-pro "
+                         f"on H100 — {common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; no published "
+                         "per-system values", path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,12 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                     tasks.append((m["model"], s, rate, st["cell"], args.mode, args.overrides, int(seed)))
     elapsed = common.timer()
     rows = common.parallel(run_cell, tasks, args.jobs)
-    df = common.write_summary(rows, args, elapsed())
-    agg = common.write_means(df, args, KEYS, METRICS)
-    print(agg[[c for c in agg if not c.endswith(("_ci_lo", "_ci_hi"))]].to_string(
-        index=False, float_format=lambda v: f"{v:.3f}"))
-    plot(df, common.figure_path(args), args.mode)
-    return 0 if (df["status"] == "ok").all() else 1
+    return common.report(rows, args, elapsed(), KEYS, METRICS,
+                         lambda df: plot(df, common.figure_path(args), args.mode))
 
 
 if __name__ == "__main__":
