@@ -76,7 +76,7 @@ def test_smoke_end_to_end(tmp_path, fakes, capsys):
 def test_real_fig13_smoke_end_to_end(tmp_path, capsys):
     """The shipped experiment file in smoke mode with the real allocator, models and workloads."""
     out = tmp_path / "fig13"
-    rc = experiment.main(["experiments/fig13.yaml", "mode=smoke", f"out_dir={tmp_path / 'runs'}", "--jobs", "1",
+    rc = experiment.main(["experiments/fig13.yaml", "mode=smoke", "seeds=0", f"out_dir={tmp_path / 'runs'}", "--jobs", "1",
                           "--out", str(out), "--no-progress"])
     text = capsys.readouterr().out
     s = pd.read_csv(out / "summary_smoke.csv")

@@ -232,7 +232,7 @@ def test_driver_module_entry_point():
 def test_experiment_driver_takes_seeds_from_the_command_line():
     from harness import experiment
 
-    one = experiment.plan(EXP / "fig14.yaml", ["mode=smoke"])
+    one = experiment.plan(EXP / "fig14.yaml", ["mode=smoke", "seeds=0"])
     three = experiment.plan(EXP / "fig14.yaml", ["mode=smoke", "seeds=0,1,2"])
     assert len(three.runs) == 3 * len(one.runs) and {r.seed for r in three.runs} == {0, 1, 2}
     assert not any(o.startswith("seeds=") for r in three.runs for o in r.overrides)
