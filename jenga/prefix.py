@@ -208,13 +208,20 @@ class PrefixCacheMixin:
                 continue
             N = math.lcm(st.policy.spec.checkpoint_interval, self.hash_block)
             for b in range((prev // N + 1) * N, min(T, rs.prompt_len) + 1, N):
-                if not self.pool.can_fit({t: 1}):
+                if not self._save_checkpoint(rs, t, st, b):
                     return
-                sid = self.pool.alloc(t, rs.rid)
-                if sid is None:
-                    return
-                self.ref[t][sid] = 1
-                rs.transients.append((t, sid, None, b, st.state_bytes))
+
+    def _save_checkpoint(self, rs: ReqState, t: int, st, b: int) -> bool:
+        """Take one state page of type ``t`` for the checkpoint at position ``b`` (held for one step,
+        then cached). False when memory is short: checkpoints are best effort."""
+        if not self.pool.can_fit({t: 1}):
+            return False
+        sid = self.pool.alloc(t, rs.rid)
+        if sid is None:
+            return False
+        self.ref[t][sid] = 1
+        rs.transients.append((t, sid, None, b, st.state_bytes))
+        return True
 
     def _release_transients(self, rs: ReqState) -> None:
         for t, sid, key, plen, data in rs.transients:

@@ -49,15 +49,7 @@ def check_invariants(mgr: PagedManager) -> None:
         assert a1 <= b0, f"pages overlap: {na} [{a0},{a1}) and {nb} [{b0},{b1})"
     assert not iv or iv[-1][1] <= mgr.capacity_bytes
     # 2. Reference counts = holders in the page tables; pool counters agree.
-    holders: Counter = Counter()
-    for rs in mgr.reqs.values():
-        for t, pages in enumerate(rs.pages):
-            for sid in pages.values():
-                holders[(t, sid)] += 1
-        for t, sid, *_ in rs.transients:
-            holders[(t, sid)] += 1
-    refs = Counter({(t, sid): r for t, d in enumerate(mgr.ref) for sid, r in d.items()})
-    assert holders == refs, f"refcounts {dict(refs)} != holders {dict(holders)}"
+    refs = _check_refcounts(mgr)
     used = Counter(t for t, _ in refs)
     for t in range(len(mgr.types)):
         assert pool.used[t] == used[t], f"type {t}: pool.used {pool.used[t]} != referenced {used[t]}"
@@ -105,10 +97,8 @@ def check_invariants(mgr: PagedManager) -> None:
         n * st.page_bytes for n, st in zip(pool.used, mgr.types))
 
 
-def _check_exact(mgr: PagedManager) -> None:
-    """The oracle: reference counts = holders, cached bytes = sum of the cached pages' exact bytes,
-    running bytes = needed bytes (nothing more), within capacity."""
-    pool = mgr.pool
+def _check_refcounts(mgr: PagedManager) -> Counter:
+    """Reference counts = holders in the page tables (and one-step transients); returns the counts."""
     holders: Counter = Counter()
     for rs in mgr.reqs.values():
         for t, pages in enumerate(rs.pages):
@@ -118,6 +108,14 @@ def _check_exact(mgr: PagedManager) -> None:
             holders[(t, sid)] += 1
     refs = Counter({(t, sid): r for t, d in enumerate(mgr.ref) for sid, r in d.items()})
     assert holders == refs, f"refcounts {dict(refs)} != holders {dict(holders)}"
+    return refs
+
+
+def _check_exact(mgr: PagedManager) -> None:
+    """The oracle: reference counts = holders, cached bytes = sum of the cached pages' exact bytes,
+    running bytes = needed bytes (nothing more), within capacity."""
+    pool = mgr.pool
+    refs = _check_refcounts(mgr)
     cached = [(t, sid) for t in range(len(mgr.types)) for sid in mgr.page_key[t] if (t, sid) not in refs]
     assert sum(pool.cached) == len(cached) == (len(pool.evictor) if pool.evictor else 0)
     assert pool.cached_bytes == sum(pool.data[k] for k in cached)

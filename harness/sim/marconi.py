@@ -99,13 +99,8 @@ class MarconiManager(JengaManager):
             for b in pts:
                 if rs.hasher.hash_at(b) in self.index[t]:
                     continue  # already checkpointed by another request
-                if not self.pool.can_fit({t: 1}):
+                if not self._save_checkpoint(rs, t, st, b):
                     return
-                sid = self.pool.alloc(t, rs.rid)
-                if sid is None:
-                    return
-                self.ref[t][sid] = 1
-                rs.transients.append((t, sid, None, b, st.state_bytes))
                 if b not in self._positions:
                     self._positions.add(b)
                 self.admitted += 1
