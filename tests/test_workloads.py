@@ -179,19 +179,22 @@ def test_mllama_tile_choice():
 @pytest.mark.parametrize("dataset", ["mmlu_pro", "mmmu_pro", "arxiv_qa", "sharegpt"])
 def test_real_loader_without_hub_names_the_twin(dataset, tmp_path):
     code = ("from harness.config import compose_cell\nfrom harness.workloads import build_workload\n"
-            f"cfg = compose_cell(['dataset={dataset}', 'dataset.source=hf', 'model=llama3_2_11b_vision'])\n"
+            f"cfg = compose_cell(['dataset={dataset}', 'dataset.source=hf', 'dataset.tokenizer=bytes', "
+            "'model=llama3_2_11b_vision'])\n"
             "try:\n    build_workload(cfg)\nexcept Exception as e:\n    print(type(e).__name__ + ': ' + str(e))\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HOME": str(tmp_path / "hf-empty")}
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
                          env=env, cwd=REPO, timeout=120, check=False).stdout
     assert out.startswith("WorkloadError"), out
-    assert "dataset.source=twin" in out and dataset in out
+    assert "Hugging Face hub" in out and "dataset.source=twin" in out and dataset in out
 
 
-def test_real_loader_needs_a_local_tokenizer():
-    from harness.workloads import hf
-
-    cfg = cell("dataset=mmlu_pro", dataset__source="hf")
-    with pytest.raises(WorkloadError, match="dataset.tokenizer"):
-        hf._tokenizer(cfg)
+def test_real_loader_needs_a_local_tokenizer_before_reading_data(tmp_path):
+    cfg = cell("dataset=mmlu_pro", dataset__source="hf", dataset__hf_id=str(tmp_path / "absent.parquet"))
+    with pytest.raises(WorkloadError, match="dataset.tokenizer") as e:
+        build_workload(cfg)
+    assert "absent" not in str(e.value)            # checked before the data is looked at
+    cfg.dataset.tokenizer = str(tmp_path / "no-such-tokenizer")
+    with pytest.raises(WorkloadError, match=r"dataset.tokenizer=.*no-such-tokenizer: no such directory"):
+        build_workload(cfg)

@@ -129,10 +129,12 @@ def mmmu_pro(shape: Shape, stats: dict, vision: dict | None, image_token: int) -
     return out
 
 
-def arxiv_groups(stats: dict, subset: str | None, articles_per_group: int | None) -> list[list[int]]:
-    """Article-id groups: the AE's lists, or consecutive chunks of ``articles_per_group``."""
+def arxiv_groups(stats: dict, subset: str | None, articles_per_group: int | None,
+                 num_articles: int | None = None) -> list[list[int]]:
+    """Article-id groups: the AE's lists, or consecutive chunks of ``articles_per_group`` over
+    ``num_articles`` articles (the real loader passes its row count; the twin its statistics')."""
     if articles_per_group:
-        ids = list(range(stats["num_articles"]))
+        ids = list(range(stats["num_articles"] if num_articles is None else num_articles))
         return [ids[j:j + articles_per_group] for j in range(0, len(ids), articles_per_group)]
     if subset in (None, "ministral"):
         return [list(g) for g in stats["ministral_groups"]]
@@ -143,25 +145,29 @@ def arxiv_groups(stats: dict, subset: str | None, articles_per_group: int | None
 
 def assemble_arxiv(groups: list[list[int]], num_requests: int, questions_per_article: int,
                    article: Callable[[int], np.ndarray], question: Callable[[int], np.ndarray],
-                   output_len: int, max_len: int | None, g: np.random.Generator) -> list[Request]:
+                   output_len: int, max_len: int | None, g: np.random.Generator,
+                   head: np.ndarray | None = None, where: str = "the twin") -> list[Request]:
     """The AE recipe: per group, concatenate its articles while prompt + output <= max_len; ask the
     first ``questions_per_article`` questions (prompt = articles + question); skip a group whose
-    first article or questions do not fit; shuffle all requests. Shared by the twin and the real loader."""
+    first article or questions do not fit; shuffle all requests. Shared by the twin and the real loader
+    (which passes ``head``, the tokenizer's special tokens that lead every prompt once, and ``where``,
+    the data's source for the error message)."""
     q = questions_per_article
     want_groups = math.ceil(num_requests / q)
+    head = np.zeros(0, dtype=np.int32) if head is None else np.asarray(head, dtype=np.int32)
     reqs: list[Request] = []
     used = 0
     for j, grp in enumerate(groups):
         if used == want_groups:
             break
-        parts, cur = [], 0
+        parts, cur = [head], len(head)
         for a in grp:
             ids = article(a)
             if max_len is not None and cur + len(ids) + output_len > max_len:
                 break
             parts.append(ids)
             cur += len(ids)
-        if not parts:
+        if len(parts) == 1:
             # Not even the first article fits: skip the group (the AE would loop forever on a
             # too-long single article, or send question-only prompts for a too-long group head).
             continue
@@ -174,8 +180,9 @@ def assemble_arxiv(groups: list[list[int]], num_requests: int, questions_per_art
                                 prefix_group=f"arxiv_qa/g{j}"))
         used += 1
     if used < want_groups:
-        raise WorkloadError(f"arxiv_qa: only {used} article groups fit max_len={max_len}; "
-                            f"{want_groups} needed for {num_requests} requests")
+        raise WorkloadError(f"arxiv_qa: only {used} of {len(groups)} article groups of {where} fit "
+                            f"dataset.max_len={max_len}; {want_groups} needed for dataset.num_requests="
+                            f"{num_requests} ({questions_per_article} questions per group)")
     order = g.permutation(len(reqs))
     return [reqs[i] for i in order][:num_requests]
 
