@@ -83,8 +83,10 @@ def build_workload(cfg: DictConfig) -> list[Request]:
     """The cell's requests: seeded, token-for-token reproducible.
 
     ``dataset.source=twin`` (default) generates them offline; ``source=hf`` loads the real dataset
-    with HF ``datasets`` and a local tokenizer (``dataset.tokenizer``) and fails with a message
-    naming the twin when the hub is unreachable. Requests longer than the model's context
+    with HF ``datasets`` from the hub or from a local copy (``dataset.hf_id`` = a ``save_to_disk``
+    folder, a parquet/JSONL file or a folder of them) and tokenises it with ``dataset.tokenizer``
+    (see :mod:`harness.workloads.hf`); an unreachable hub gives one message naming the twin, a bad
+    local path or schema one naming the key and the path. Requests longer than the model's context
     (``engine.max_model_len`` or the model's ``max_position_embeddings``) raise
     :class:`WorkloadError` naming the request.
     """
