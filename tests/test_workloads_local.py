@@ -242,7 +242,8 @@ def test_arxiv_qa_local_max_len_and_articles_per_group(arxiv):
     rows, paths = arxiv
     first = _nbytes(rows[0]["text"])
     cap = first + _nbytes(rows[1]["text"]) + 40 + 150   # the first two articles + a question fit
-    reqs = build_workload(cell("arxiv_qa", paths["disk"], num_requests=4, max_len=cap, subset="ministral"))
+    with pytest.warns(UserWarning, match="groups are cut"):
+        reqs = build_workload(cell("arxiv_qa", paths["disk"], num_requests=4, max_len=cap, subset="ministral"))
     assert all(r.total_len <= cap for r in reqs) and min(r.prompt_len for r in reqs) > first
     chunked = build_workload(cell("arxiv_qa", paths["parquet"], num_requests=12, articles_per_group=4))
     assert sorted({r.prefix_group for r in chunked}) == ["arxiv_qa/g0", "arxiv_qa/g1", "arxiv_qa/g2"]
@@ -292,3 +293,27 @@ def test_a_local_sim_cell_runs_end_to_end(mmlu, tmp_path):
     assert rec["num_requests"] == 6 and rec["simulated"] is True
     used = rec["provenance"]["config"]["dataset"]            # the record says which data and tokenizer
     assert used["hf_id"] == str(paths["jsonl"]) and used["tokenizer"] == "bytes" and used["source"] == "hf"
+
+
+@pytest.mark.vllm   # needs `transformers` (the `hf` extra); the vLLM venv has it, the main one need not
+def test_a_local_transformers_tokenizer_counts_as_the_artifact(tmp_path, arxiv):
+    """dataset.tokenizer=<dir>: a word-level tokenizer saved with save_pretrained (no hub). The
+    artifact tokenises the concatenated text, so BOS leads each arXiv prompt once."""
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    rows, paths = arxiv
+    words = sorted({w for r in rows for w in r["text"].split()} | {"What", "is", "the", "of", "paper?"})
+    vocab = {"<s>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(str(tmp_path / "tok"))
+    reqs = build_workload(cell("arxiv_qa", paths["parquet"], num_requests=4, articles_per_group=2,
+                               tokenizer=str(tmp_path / "tok")))
+    prefix_words = sum(len(rows[a]["text"].split()) for a in (0, 1))
+    for r in reqs:
+        assert r.prompt_token_ids[0] == 0 and (r.prompt_token_ids == 0).sum() == 1      # one BOS
+        assert prefix_words + 5 <= r.prompt_len - 1 <= prefix_words + 7             # + the question's words
