@@ -121,6 +121,9 @@ def test_mmlu_pro_seed_max_len_and_count(mmlu):
     rows, paths = mmlu
     cfg = cell("mmlu_pro", paths["parquet"], num_requests=12)
     a = build_workload(cfg)
+    # The order is the one datasets' own Dataset.shuffle(seed) gives (without its indices file).
+    order = datasets.Dataset.from_list(rows).shuffle(seed=int(cfg.seed), keep_in_memory=True)
+    assert [r.prompt_len for r in a] == [_nbytes(p[0]) for p in order["input_final_prompts"]]
     cfg.seed = 1
     assert [r.prompt_len for r in build_workload(cfg)] != [r.prompt_len for r in a]
     totals = sorted(_nbytes(r["input_final_prompts"][0]) + _nbytes(r["output_prediction_text"][0]) for r in rows)
@@ -249,6 +252,22 @@ def test_arxiv_qa_local_max_len_and_articles_per_group(arxiv):
     assert sorted({r.prefix_group for r in chunked}) == ["arxiv_qa/g0", "arxiv_qa/g1", "arxiv_qa/g2"]
     with pytest.raises(WorkloadError, match=r"only 3 of 3 article groups of dataset.hf_id=.*dataset.num_requests=16"):
         build_workload(cell("arxiv_qa", paths["parquet"], num_requests=16, articles_per_group=4))
+
+
+# --------------------------------------------------------------------------------------- ShareGPT
+def test_sharegpt_local_json_array(tmp_path):
+    """ShareGPT_V3_unfiltered_cleaned_split.json is one JSON array of {id, conversations}."""
+    convs = [{"id": str(i), "conversations": [{"from": "human", "value": "Hi there! " * (i + 1)},
+                                              {"from": "gpt", "value": "Hello. " * (2 * i + 1)}]}
+             for i in range(6)]
+    convs.append({"id": "short", "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo"}]})
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(convs))
+    reqs = build_workload(cell("sharegpt", path, num_requests=6))
+    want = {(_nbytes(c["conversations"][0]["value"]), _nbytes(c["conversations"][1]["value"])) for c in convs[:6]}
+    assert {(r.prompt_len, r.output_len) for r in reqs} == want       # vLLM's filter drops the 2-byte pair
+    with pytest.raises(WorkloadError, match=r"gives only 6 requests \(7 conversations"):
+        build_workload(cell("sharegpt", path, num_requests=7))
 
 
 # ------------------------------------------------------------------------------ paths and formats
