@@ -26,6 +26,8 @@ class MaxPage(_OnePageSize):
     """Every type's small page padded to the largest one (the artifact's dummy-layer max page)."""
 
     system_name = "max_page"
+    # The artifact's max page runs in Jenga's forks, with their sliding-window retention.
+    option_names = ("sliding_retention_tokens",)
 
     def _storage_types(self, **_):
         self.page_bytes = self.geometry.max_small_page_bytes
