@@ -49,7 +49,7 @@ def test_bad_retention_names_the_key(bad):
 
 def test_systems_without_retention_reject_the_option():
     with pytest.raises(SpecError, match="sliding_retention_tokens"):
-        make_manager("hybrid_groups", [FullAttentionSpec("full", 1, 8), SPEC], 8 * 64, tokens_per_page=1,
+        make_manager("vllm", [FullAttentionSpec("full", 1, 8), SPEC], 8 * 64, tokens_per_page=1,
                      sliding_retention_tokens=2)
 
 

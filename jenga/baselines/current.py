@@ -37,6 +37,7 @@ class VllmCurrent(HybridGroups):
     (D3) + shared-prefix junction pinning (D2)."""
 
     system_name = "vllm_current"
+    option_names = ()  # vLLM 0.32 frees at the window (extra_retained_tokens only for spec decode)
 
     def __init__(self, specs, capacity_bytes: int, **kw):
         self.junction: dict[object, int] = {}
