@@ -203,6 +203,9 @@ class EngineConf:
     request_rate: float = float("inf")
     num_speculative_tokens: int = 0
     spec_acceptance_rate: float | None = None
+    # Today's vLLM admits a request only if its whole prompt fits (scheduler_reserve_full_isl);
+    # None: on for system=vllm_current, off for the engines the artifact ran (harness/sim/engine.py).
+    full_prompt_admission: bool | None = None
 
 
 @dataclass
@@ -222,7 +225,7 @@ class CellConf:
 
 
 SYSTEMS = ("jenga", "jenga_no_request_aware", "vllm", "max_page", "hybrid_groups", "static_partition",
-           "oracle")
+           "oracle", "vllm_current")
 BACKENDS = ("sim", "vllm_sched", "vllm")
 ENGINE_VERSIONS = ("v0", "v1")
 SOURCES = ("twin", "hf")

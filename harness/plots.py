@@ -13,9 +13,10 @@ import pandas as pd
 
 SYSTEM_LABELS = {"vllm": "vLLM (PagedAttention)", "max_page": "max page", "static_partition": "static partition",
                  "jenga": "Jenga", "jenga_no_request_aware": "Jenga w/o request-aware",
-                 "hybrid_groups": "hybrid groups", "oracle": "oracle"}
+                 "hybrid_groups": "hybrid groups", "oracle": "oracle", "vllm_current": "vLLM 0.32 (today)"}
 SYSTEM_COLORS = {"vllm": "#7f7f7f", "max_page": "#ff7f0e", "static_partition": "#2ca02c", "jenga": "#1f77b4",
-                 "jenga_no_request_aware": "#9467bd", "hybrid_groups": "#8c564b", "oracle": "#e377c2"}
+                 "jenga_no_request_aware": "#9467bd", "hybrid_groups": "#8c564b", "oracle": "#e377c2",
+                 "vllm_current": "#bcbd22"}
 SYSTEM_ORDER = list(SYSTEM_LABELS)
 
 

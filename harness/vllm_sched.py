@@ -28,7 +28,7 @@ from harness.workloads.request import Request
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 
 # system -> hybrid KV cache manager on?
-SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "jenga": True}
+SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True}
 BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler"}
 
 
@@ -38,6 +38,19 @@ def hybrid_for_system(system: str, backend: str) -> bool:
         raise ValueError(f"system={system!r} cannot run on backend={backend}: vLLM has no such allocator; "
                          f"allowed systems: {sorted(SYSTEM_HYBRID)} (use backend=sim for the others)")
     return SYSTEM_HYBRID[system]
+
+
+def scheduler_options(cfg, options: dict) -> dict:
+    """vLLM SchedulerConfig fields: ``backend.options.scheduler`` plus ``engine.full_prompt_admission``
+    (when set) as ``scheduler_reserve_full_isl``, the same gate ``backend=sim`` models."""
+    extra = dict(options.get("scheduler") or {})
+    fpa = _get(cfg.engine, "full_prompt_admission", None)
+    if fpa is not None:
+        if extra.get("scheduler_reserve_full_isl", bool(fpa)) != bool(fpa):
+            raise ValueError("engine.full_prompt_admission and backend.options.scheduler."
+                             "scheduler_reserve_full_isl disagree; set one")
+        extra["scheduler_reserve_full_isl"] = bool(fpa)
+    return extra
 
 
 def allocator_name(hybrid: bool) -> str:
@@ -152,7 +165,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
 
     cost = CostModel(profile, cfg.gpu, cfg.engine)
     kv_bytes = cost.kv_capacity_bytes()
-    knobs = engine_knobs(cfg, profile, hybrid, retention, dict(options.get("scheduler") or {}))
+    knobs = engine_knobs(cfg, profile, hybrid, retention, scheduler_options(cfg, options))
     # The proxy model directory must outlive the config (ModelConfig may read it again).
     tmp = tempfile.TemporaryDirectory(prefix="vllm_sched_")
     vc = make_vllm_config(profile, knobs, write_proxy_model_dir(profile, knobs.max_model_len, Path(tmp.name)))

@@ -21,7 +21,7 @@ from jenga.pages import LcmPagePool
 from jenga.policies import policy_for
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
-from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SpecError, page_geometry
+from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SlidingWindowSpec, SpecError, page_geometry
 
 Pool = LcmPagePool | FlatPagePool | PartitionedPool
 
@@ -46,6 +46,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.tokens_per_page = tokens_per_page
         self.enable_prefix_cache = bool(enable_prefix_cache)
         self.images_in_prompt = not any(isinstance(s, CrossAttentionSpec) for s in self.specs)
+        # Systems that accept it (option_names) may hold sliding-window pages past the window
+        # (SlidingPolicy.retain_tokens); the SlidingPolicy validates the value.
+        self.sliding_retention = options.get("sliding_retention_tokens", 0)
         self.types: list[StorageType] = self._storage_types(**options)
         self.acct = [policy_for(s) for s in self._accounted_specs()]
         self.pool: Pool = self._make_pool(**options)
@@ -73,8 +76,12 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     # -- hooks for subclasses -----------------------------------------------------------------------
     def _storage_types(self, **options) -> list[StorageType]:
         """One storage type per layer type, small page exactly the spec's (Jenga)."""
-        return [StorageType(s.name, policy_for(s), self.tokens_per_page, s.small_page_bytes(self.tokens_per_page),
-                            s.bytes_per_token, getattr(s, "state_bytes", 0)) for s in self.specs]
+        return [StorageType(s.name, policy_for(s, **self._policy_options(s)), self.tokens_per_page,
+                            s.small_page_bytes(self.tokens_per_page), s.bytes_per_token,
+                            getattr(s, "state_bytes", 0)) for s in self.specs]
+
+    def _policy_options(self, spec: LayerTypeSpec) -> dict:
+        return {"retain_tokens": self.sliding_retention} if isinstance(spec, SlidingWindowSpec) else {}
 
     def _accounted_specs(self) -> list[LayerTypeSpec]:
         return list(self.specs)
@@ -146,6 +153,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         rs = ReqState(rid, len(request.prompt_token_ids), image_infos(request, self.images_in_prompt),
                       len(self.types), hasher)
         prev = self._longest_hit(hasher, rs.images, hit) if hit else 0
+        rs.start = prev
         self.extra_counts["hit_lost_tokens"] += hit - prev
         T = hit + n
         plans, demand = [], {}

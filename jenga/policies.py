@@ -28,6 +28,7 @@ from jenga.spec import (
     LayerTypeSpec,
     MambaSpec,
     SlidingWindowSpec,
+    SpecError,
     TokenDropSpec,
     VisionEmbeddingSpec,
 )
@@ -138,10 +139,34 @@ class FullPolicy(Policy):
 
 
 class SlidingPolicy(Policy):
-    """Sliding window W: the next token reads the last W-1 tokens; only those must be cached."""
+    """Sliding window W: the next token reads the last W-1 tokens; only those must be cached.
+
+    ``retain_tokens``: tokens kept *held* below the window before pages are released (0 = release
+    at exactly W-1). The artifact's forks both keep 192: v0 ``vllm/core/block_v3/custom_block.py``
+    ``SlidingWindowManager.free_skipped_blocks`` frees only below ``computed // block_size -
+    max_block_sliding_window - 12`` (12 blocks of 16, "EVAL_EVAL"), v1
+    ``vllm/v1/core/specialized_manager.py`` ``SlidingWindowManager`` uses ``sliding_window + 192``
+    for ``remove_skipped_blocks``. Hits are still validated against the real window
+    (``required_pages``), and ``needed_bytes`` stays the real need, so the retained tokens count as
+    unneeded memory. Why it matters: a request that decodes ``n <= retain`` tokens still holds the
+    window that ends at its prompt, so a sibling that shares the prompt can hit all of it."""
+
+    def __init__(self, spec: LayerTypeSpec, bytes_per_token: int | None = None, retain_tokens: int = 0):
+        super().__init__(spec, bytes_per_token)
+        if not isinstance(retain_tokens, int) or isinstance(retain_tokens, bool) or retain_tokens < 0:
+            raise SpecError(f"sliding_retention_tokens must be an integer >= 0, got {retain_tokens!r}")
+        self.retain_tokens = retain_tokens
 
     def needed_lo(self, prev: int) -> int:
         return self.spec.needed_token_range(prev)[0]
+
+    def held_intervals(self, rs, prev: int, T: int, tpp: int) -> list[Interval]:
+        if T <= 0:
+            return []
+        # Retention only keeps pages the request computed or pinned: a request admitted with a
+        # hit of ``rs.start`` tokens never held anything below that hit's window.
+        floor = self.needed_lo(getattr(rs, "start", 0))
+        return [(max(floor, self.needed_lo(prev) - self.retain_tokens) // tpp, cdiv(T, tpp))]
 
 
 class ChunkedPolicy(Policy):

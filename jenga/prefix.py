@@ -149,7 +149,16 @@ class PrefixCacheMixin:
             del self.shared_data[(t, sid)]
 
     def _register(self, t: int, sid: int, key) -> None:
-        if key is not None and sid not in self.page_key[t] and key not in self.index[t]:
+        if key is None or sid in self.page_key[t]:
+            return
+        owner = self.index[t].get(key)
+        # A request that recomputed a cached prefix (it could not hit: another type missed) holds a
+        # live copy of a cached page. The live copy takes the key, so evicting the cached copy does
+        # not lose a prefix some running request still holds: vLLM v0 dedups the new block onto the
+        # cached one (PrefixCachingBlockAllocator.promote_to_immutable_block), v1 keeps both under
+        # the hash (BlockPool.cache_full_blocks). The old copy stays cached, unreachable, until
+        # evicted (_on_evict only drops an index entry its page owns).
+        if owner is None or (owner != sid and self.ref[t].get(owner, 0) == 0):
             self.index[t][key] = sid
             self.page_key[t][sid] = key
 

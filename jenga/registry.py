@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from jenga.baselines import HybridGroups, MaxPage, Oracle, StaticPartition, UniformPaged
+from jenga.baselines import HybridGroups, MaxPage, Oracle, StaticPartition, UniformPaged, VllmCurrent
 from jenga.interface import MemoryManager
 from jenga.manager import JengaManager
 
@@ -14,6 +14,7 @@ SYSTEMS = {
     "vllm": UniformPaged,
     "max_page": MaxPage,
     "hybrid_groups": HybridGroups,
+    "vllm_current": VllmCurrent,
     "static_partition": StaticPartition,
     "oracle": Oracle,
 }

@@ -36,7 +36,8 @@ def image_infos(request: RequestView, images_in_prompt: bool) -> list[ImageInfo]
 class ReqState:
     """Everything the manager keeps about one request that holds memory.
 
-    ``prev``: tokens computed before the current step (pinned hit included); ``T``: tokens
+    ``prev``: tokens computed before the current step (pinned hit included); ``start``: the hit
+    the request was admitted with (pages below its window were never held); ``T``: tokens
     allocated (``prev`` plus this step's). Per storage type ``t``: ``pages[t]`` maps logical page
     -> page id, ``held[t]`` the held logical-page intervals, ``reg[t]`` the next page to register
     in the prefix cache. ``transients``: Mamba checkpoint pages held for one step
@@ -56,6 +57,7 @@ class ReqState:
         "prompt_len",
         "reg",
         "rid",
+        "start",
         "transients",
     )
 
@@ -66,6 +68,7 @@ class ReqState:
         self.num_image_tokens = sum(im.num_tokens for im in images)
         self.prev = 0
         self.T = 0
+        self.start = 0  # tokens that were a prefix-cache hit when the request was admitted
         self.pages: list[dict[int, int]] = [{} for _ in range(ntypes)]
         self.held: list[list[tuple[int, int]]] = [[] for _ in range(ntypes)]
         self.reg = [0] * ntypes

@@ -138,7 +138,9 @@ def test_window_sweep_smoke_waste(tmp_path):
     w = s.set_index(["window", "length", "system"])["waste_fraction"]
     for length in (512, 8192):
         assert w[(131072, length, "jenga")] == pytest.approx(w[(131072, length, "vllm")], abs=1e-12)
-    assert w[(512, 8192, "vllm")] > 0.5 and w[(512, 8192, "jenga")] < 0.05
+    # Jenga holds the artifact's 192 tokens past the window (sliding_retention_tokens): with a
+    # 512-token window that is unneeded memory too, far below vLLM's out-of-window tokens.
+    assert w[(512, 8192, "vllm")] > 0.5 and w[(512, 8192, "jenga")] < 0.1
 
 
 def test_mix_sweep_smoke_measured_waste(tmp_path):

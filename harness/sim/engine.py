@@ -23,14 +23,17 @@ from jenga.spec import page_geometry
 V0_WATERMARK = 0.01
 
 
-def scheduler_config(engine, profile: ModelProfile) -> SchedulerConfig:
-    """The cell's scheduling policy from its engine settings (see ``cost.profile_tokens``)."""
+def scheduler_config(engine, profile: ModelProfile, system: str | None = None) -> SchedulerConfig:
+    """The cell's scheduling policy from its engine settings (see ``cost.profile_tokens``).
+    ``engine.full_prompt_admission`` unset: on for ``system=vllm_current`` (today's vLLM), off
+    otherwise (the engines the artifact ran)."""
     version = str(_get(engine, "engine_version", "v0"))
     chunked = bool(_get(engine, "enable_chunked_prefill", False))
     max_len = int(_get(engine, "max_model_len") or profile.max_model_len)
     # vLLM v1 always schedules mixed batches; its chunked prefill is on unless disabled, and the
     # artifact's v1 cells keep the default.
     mixed = version == "v1" or chunked
+    full_isl = _get(engine, "full_prompt_admission", None)
     return SchedulerConfig(
         max_num_seqs=int(_get(engine, "max_num_seqs", 256)),
         token_budget=profile_tokens(engine, max_len),
@@ -39,7 +42,8 @@ def scheduler_config(engine, profile: ModelProfile) -> SchedulerConfig:
         # Both v0 forks (upstream BlockSpaceManagerV2, Jenga's PerlayerBlockSpaceManager) admit a
         # prefill only if its whole sequence fits above the 1 % watermark (scheduler docstring).
         v0_can_allocate=version == "v0",
-        watermark=V0_WATERMARK)
+        watermark=V0_WATERMARK,
+        full_prompt_admission=mixed and bool(system == "vllm_current" if full_isl is None else full_isl))
 
 
 def make_manager(system: str, profile: ModelProfile, capacity: int, engine, options: dict | None):
@@ -168,7 +172,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     cost = CostModel(profile, gpu, engine)
     capacity = cost.kv_capacity_bytes()
     mm = make_manager(system, profile, capacity, engine, _get(cfg.system, "options") or {})
-    sched_cfg = scheduler_config(engine, profile)
+    sched_cfg = scheduler_config(engine, profile, system)
     cross = profile.vision is not None and profile.vision.cross_attention
     sched, trace, agg = simulate(mm, cost, sched_cfg, requests, cross_attention=cross)
     final = mm.usage()

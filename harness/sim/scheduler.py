@@ -28,6 +28,13 @@ request whose prefix another running request holds still needs room for all of i
 prefill counts its whole prompt against the token budget (v0 does not know the hit until the
 model runner). We measure "required" as the bytes the same allocator gives the sequence from an
 empty pool (:class:`FullPromptProbe`).
+
+**Full-prompt admission** (``SchedulerConfig.full_prompt_admission``, mixed policy): today's vLLM
+(0.3x, ``SchedulerConfig.scheduler_reserve_full_isl``, default on) admits a waiting request only if
+free + evictable memory holds its *whole* remaining sequence -- counting its prefix hit and the
+sliding-window cap (``KVCacheManager.allocate_slots(full_sequence_must_fit=True)``), sized by
+:func:`jenga.baselines.current.full_sequence_demand` -- so an admitted request can always finish
+its chunked prefill. The April-2025 V1 engine the artifact forked admitted chunk by chunk (off).
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class SchedulerConfig:
     enable_prefix_caching: bool
     v0_can_allocate: bool = False  # vLLM v0's whole-prompt admission gate (module docstring)
     watermark: float = 0.01        # v0 BlockSpaceManager watermark, fraction of all pages
+    full_prompt_admission: bool = False  # vLLM >= 0.3x's scheduler_reserve_full_isl (module docstring)
 
 
 class FullPromptProbe:
@@ -217,6 +225,13 @@ class Scheduler:
             return "never"
         return "ok" if u.free_bytes + u.cached_bytes - required >= watermark else "later"
 
+    def _full_prompt_fits(self, seq: SeqState, hit: int) -> bool:
+        """Today's vLLM admission gate (module docstring): the whole sequence must fit."""
+        from jenga.baselines.current import full_sequence_demand
+        u = self.mm.usage()
+        need = full_sequence_demand(self.mm, seq.req, hit, seq.target, self.cfg.token_budget)
+        return need <= u.free_bytes + u.cached_bytes
+
     def _ignore(self, seq: SeqState) -> None:
         self.waiting.popleft()
         seq.ignored = seq.done = True
@@ -240,6 +255,9 @@ class Scheduler:
                 if not chunk and out and seq.target > budget:
                     break
             hit = self.mm.lookup_prefix(seq.req) if self.cfg.enable_prefix_caching else 0
+            if self.cfg.full_prompt_admission and not self._full_prompt_fits(seq, hit):
+                self._blocked = (seq, self._reclaimable()) if not out else None
+                break
             n = seq.target - hit
             if chunk:
                 n = min(n, budget)

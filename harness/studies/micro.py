@@ -33,7 +33,7 @@ from harness.studies import common
 
 PARTS = ("frag_trace", "decode_batch", "prefix_cache", "latency")
 COLORS = {**SYSTEM_COLORS, "vllm": "#7f7f7f", "jenga": "#1f77b4"}
-LABELS = {**SYSTEM_LABELS, "hybrid_groups": "hybrid groups (today's vLLM)"}
+LABELS = {**SYSTEM_LABELS, "hybrid_groups": "hybrid groups (vLLM, April 2025)"}
 ROW_FIELDS = ("throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99",
               "e2e_mean", "mean_decode_batch", "mean_running", "waste_fraction", "prefix_hit_rate", "preemptions",
               "num_steps", "num_requests", "kv_capacity_bytes", "simulated", "status", "error")

@@ -26,6 +26,8 @@ class MaxPage(_OnePageSize):
     """Every type's small page padded to the largest one (the artifact's dummy-layer max page)."""
 
     system_name = "max_page"
+    # The artifact's max page runs in Jenga's forks, with their sliding-window retention.
+    option_names = ("sliding_retention_tokens",)
 
     def _storage_types(self, **_):
         self.page_bytes = self.geometry.max_small_page_bytes
@@ -45,6 +47,9 @@ class HybridGroups(_OnePageSize):
     pool (vLLM's encoder cache holds them), so they are neither stored nor counted."""
 
     system_name = "hybrid_groups"
+    # Upstream frees at exactly the window (retention 0, the default); the option lets the ablation
+    # give it the artifact's 192 tokens to separate retention from the LCM allocator.
+    option_names = ("sliding_retention_tokens",)
 
     def _stored_specs(self):
         # vLLM keeps encoder outputs in its encoder cache, outside the KV pool (as vLLM v0 did).
@@ -86,7 +91,7 @@ class HybridGroups(_OnePageSize):
             p = pages[id(g)]
             t = block * (P // p) if P % p == 0 else block
             bpt = real * s.bytes_per_token_per_layer
-            out.append(StorageType(name, policy_for(s, bytes_per_token=bpt), t, P, bpt))
+            out.append(StorageType(name, policy_for(s, bytes_per_token=bpt, **self._policy_options(s)), t, P, bpt))
         return out
 
     @property

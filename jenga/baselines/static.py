@@ -19,6 +19,8 @@ class StaticPartition(PagedManager):
     """Per-type pools fixed at start; within a pool, one page size and its own LRU."""
 
     system_name = "static_partition"
+    # The artifact's static partition runs in Jenga's forks, with their sliding-window retention.
+    option_names = ("sliding_retention_tokens",)
 
     def _make_pool(self, **_):
         lp = self.geometry.large_page_bytes
