@@ -1,0 +1,228 @@
+"""Measure one GPU's efficiency at the model zoo's shapes (torch only; vLLM is not needed).
+
+Writes ``harness/conf/gpu/profiles/<gpu>.yaml``, which ``harness.sim.cost.gpu_efficiency`` loads
+instead of the datasheet ``mfu``/``mbu`` defaults of ``harness/conf/gpu/<gpu>.yaml``:
+
+- **GEMMs** of every zoo model's linear layers (QKV, O, gate-up, down; MoE experts at their own
+  width) at token counts from 1 to 8192, bf16 (and FP8 via ``torch._scaled_mm`` where the GPU has
+  it). ``mfu_bf16`` / ``mfu_fp8`` = median achieved / datasheet peak over the compute-bound ones
+  (>= 1024 tokens); ``mbu`` = median achieved weight-streaming bandwidth / datasheet bandwidth over
+  the decode-sized ones (<= 16 tokens), the regime the step-time model's memory term describes.
+- **Attention** (``scaled_dot_product_attention``): causal prefill FLOP efficiency and decode
+  KV-read bandwidth at a few context lengths (reported, not used by the cost model).
+- **HBM** copy bandwidth (read + write of a large buffer) and **launch overhead** (back-to-back
+  tiny kernels), reported beside the table.
+
+Usage on the device machine (about 1-3 minutes on an H100)::
+
+    python scripts/profile_gpu.py --gpu h100
+
+On CPU, ``--device cpu --tiny --out /tmp/x.yaml`` runs shrunken shapes in seconds (the tests do);
+a CPU run never writes into ``harness/conf/gpu/profiles/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "harness" / "conf"
+TOKENS = (1, 4, 16, 128, 1024, 4096, 8192)
+TINY_TOKENS = (1, 4, 16, 64)
+COMPUTE_BOUND_TOKENS = 1024
+MEMORY_BOUND_TOKENS = 16
+
+
+def zoo_shapes(tiny: bool) -> list[dict]:
+    """Unique (name, k, n) linear shapes of the zoo's models: y[T, n] = x[T, k] @ W[k, n]."""
+    seen: dict[tuple[int, int], str] = {}
+    for path in sorted((CONF / "model").glob("*.yaml")):
+        m = yaml.safe_load(path.read_text())
+        h, hd = m["hidden_size"], m["head_dim"]
+        q, kv = m["num_heads"] * hd, m["num_kv_heads"] * hd
+        inter = m["intermediate_size"]
+        shapes = {"qkv": (h, q + 2 * kv), "o": (q, h), "gate_up": (h, 2 * inter), "down": (inter, h)}
+        expert = (m.get("moe") or {}).get("expert_intermediate_size")
+        if expert:
+            shapes.update({"expert_gate_up": (h, 2 * expert), "expert_down": (expert, h)})
+        for kind, (k, n) in shapes.items():
+            if tiny:
+                k, n = max(8, k // 128), max(8, n // 128)
+            seen.setdefault((k, n), f"{m['name']}.{kind}")
+    return [{"name": name, "k": k, "n": n} for (k, n), name in sorted(seen.items())]
+
+
+class Timer:
+    """Median seconds of ``fn`` on the device (CUDA events on GPU, wall clock on CPU)."""
+
+    def __init__(self, device: str, iters: int) -> None:
+        self.device, self.iters = device, iters
+
+    def __call__(self, fn) -> float:
+        for _ in range(2):
+            fn()
+        times = []
+        if self.device.startswith("cuda"):
+            for _ in range(self.iters):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b) / 1e3)
+        else:
+            for _ in range(self.iters):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+
+def fp8_supported(device: str) -> bool:
+    if not device.startswith("cuda") or not hasattr(torch, "_scaled_mm"):
+        return False
+    return torch.cuda.get_device_capability(torch.device(device)) >= (8, 9)
+
+
+def gemm_rows(shapes, tokens, device, timer, gpu) -> list[dict]:
+    rows = []
+    bf16 = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    use_fp8 = fp8_supported(device)
+    for s in shapes:
+        k, n = s["k"], s["n"]
+        w = torch.randn(k, n, device=device, dtype=bf16)
+        for t in tokens:
+            x = torch.randn(t, k, device=device, dtype=bf16)
+            sec = timer(lambda x=x, w=w: torch.matmul(x, w))
+            rows.append(_gemm_row(s, t, "bf16", sec, 2 * k * n, gpu["peak_bf16_flops"], gpu))
+            if use_fp8:
+                # _scaled_mm wants row-major A and column-major B, dims multiple of 16.
+                t8 = max(16, -(-t // 16) * 16)
+                a8 = torch.randn(t8, k, device=device).to(torch.float8_e4m3fn)
+                b8 = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
+                one = torch.tensor(1.0, device=device)
+                sec = timer(lambda a8=a8, b8=b8, one=one: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one,
+                                                                          out_dtype=torch.bfloat16))
+                rows.append(_gemm_row(s, t8, "fp8", sec, k * n, gpu["peak_fp8_flops"], gpu))
+    return rows
+
+
+def _gemm_row(s, t, dtype, sec, weight_bytes, peak, gpu) -> dict:
+    flops = 2.0 * t * s["k"] * s["n"]
+    return {"name": s["name"], "tokens": t, "k": s["k"], "n": s["n"], "dtype": dtype, "seconds": sec,
+            "flops_eff": flops / sec / peak, "bw_eff": weight_bytes / sec / gpu["hbm_bytes_per_s"]}
+
+
+def attention_rows(device, timer, gpu, tiny: bool) -> list[dict]:
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    heads, hd = (4, 16) if tiny else (32, 128)
+    rows = []
+    for s in ((64, 128) if tiny else (1024, 4096, 16384)):
+        q = torch.randn(1, heads, s, hd, device=device, dtype=dtype)
+        sec = timer(lambda q=q: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True))
+        flops = 4.0 * heads * hd * s * (s + 1) / 2
+        rows.append({"kind": "prefill", "context": s, "seconds": sec, "flops_eff": flops / sec / gpu["peak_bf16_flops"]})
+        batch = 4 if tiny else 32
+        qd = torch.randn(batch, heads, 1, hd, device=device, dtype=dtype)
+        kv = torch.randn(batch, heads, s, hd, device=device, dtype=dtype)
+        sec = timer(lambda qd=qd, kv=kv: torch.nn.functional.scaled_dot_product_attention(qd, kv, kv))
+        nbytes = 2.0 * kv.numel() * kv.element_size()
+        rows.append({"kind": "decode", "context": s, "batch": batch, "seconds": sec,
+                     "bw_eff": nbytes / sec / gpu["hbm_bytes_per_s"]})
+    return rows
+
+
+def copy_bandwidth(device, timer, tiny: bool) -> float:
+    n = (8 << 20) if tiny else (1 << 30)
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return 2.0 * n / timer(lambda: dst.copy_(src))
+
+
+def launch_overhead(device: str, n: int) -> float:
+    """Seconds per back-to-back tiny kernel (host launch rate, the eager-mode floor)."""
+    x = torch.zeros(1, device=device)
+    for _ in range(10):
+        x.add_(1)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x.add_(1)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n
+
+
+def _sig(x: float) -> float:
+    """Four significant digits (CPU test runs give tiny efficiencies that must stay > 0)."""
+    return float(f"{x:.4g}")
+
+
+def _median(rows, key, pred):
+    vals = [r[key] for r in rows if pred(r)]
+    return _sig(statistics.median(vals)) if vals else None
+
+
+def profile(gpu_name: str, device: str, tiny: bool, iters: int) -> dict:
+    if not device.startswith("cuda"):
+        torch.set_num_threads(1)   # CPU test runs: no thread-pool contention on a shared host
+    gpu = yaml.safe_load((CONF / "gpu" / f"{gpu_name}.yaml").read_text())
+    gpu = {k: float(v) if k.endswith(("_flops", "_per_s")) else v for k, v in gpu.items()}
+    timer = Timer(device, iters)
+    tokens = TINY_TOKENS if tiny else TOKENS
+    gemms = gemm_rows(zoo_shapes(tiny), tokens, device, timer, gpu)
+    big = COMPUTE_BOUND_TOKENS if not tiny else 64
+    out = {
+        "gpu": gpu_name,
+        "device": torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else f"{device} (test run)",
+        "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "torch": str(torch.__version__),
+        "method": "scripts/profile_gpu.py: medians over the zoo's linear shapes (see its docstring)",
+        "mfu_bf16": _median(gemms, "flops_eff", lambda r: r["dtype"] == "bf16" and r["tokens"] >= big),
+        "mfu_fp8": _median(gemms, "flops_eff", lambda r: r["dtype"] == "fp8" and r["tokens"] >= big),
+        "mbu": _median(gemms, "bw_eff", lambda r: r["dtype"] == "bf16" and r["tokens"] <= MEMORY_BOUND_TOKENS),
+        "copy_bw_eff": _sig(copy_bandwidth(device, timer, tiny) / gpu["hbm_bytes_per_s"]),
+        "kernel_launch_s": launch_overhead(device, 200 if tiny else 2000),
+        "attention": attention_rows(device, timer, gpu, tiny),
+        "gemms": gemms,
+    }
+    if out["mfu_fp8"] is None:
+        del out["mfu_fp8"]   # the cost model then uses mfu_bf16 for FP8 models too
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpu", required=True, help="name of harness/conf/gpu/<gpu>.yaml (datasheet peaks)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="shrunken shapes (CPU tests)")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--out", default=None, help="default: harness/conf/gpu/profiles/<gpu>.yaml")
+    args = ap.parse_args(argv)
+    if not (CONF / "gpu" / f"{args.gpu}.yaml").is_file():
+        ap.error(f"--gpu {args.gpu!r}: no harness/conf/gpu/{args.gpu}.yaml")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no CUDA device (use --device cpu --tiny --out ... to test)")
+    out = Path(args.out) if args.out else CONF / "gpu" / "profiles" / f"{args.gpu}.yaml"
+    if not args.device.startswith("cuda") and out.resolve().parent == (CONF / "gpu" / "profiles").resolve():
+        ap.error("a non-CUDA run must not write into harness/conf/gpu/profiles/; pass --out")
+    result = profile(args.gpu, args.device, args.tiny, args.iters)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"# Measured by scripts/profile_gpu.py on {result['device']}; loaded by "
+                   "harness.sim.cost.gpu_efficiency.\n" + yaml.safe_dump(result, sort_keys=False))
+    print(f"wrote {out}: mfu_bf16 {result['mfu_bf16']} mfu_fp8 {result.get('mfu_fp8')} mbu {result['mbu']} "
+          f"copy {result['copy_bw_eff']} launch {result['kernel_launch_s'] * 1e6:.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
