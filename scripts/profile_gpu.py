@@ -10,8 +10,10 @@ instead of the datasheet ``mfu``/``mbu`` defaults of ``harness/conf/gpu/<gpu>.ya
   the decode-sized ones (<= 16 tokens), the regime the step-time model's memory term describes.
 - **Attention** (``scaled_dot_product_attention``): causal prefill FLOP efficiency and decode
   KV-read bandwidth at a few context lengths (reported, not used by the cost model).
-- **HBM** copy bandwidth (read + write of a large buffer) and **launch overhead** (back-to-back
-  tiny kernels), reported beside the table.
+- **HBM** copy bandwidth (read + write of a large buffer), **launch overhead** (back-to-back
+  tiny kernels) and one Llama-style **decoder layer** decoding eagerly vs from a CUDA graph (the
+  per-layer eager cost, a lower bound for vLLM's), reported beside the table; the cost model does
+  not load them (its ``eager_layer_s`` stays per engine version).
 
 Usage on the device machine (about 1-3 minutes on an H100)::
 
@@ -162,6 +164,69 @@ def launch_overhead(device: str, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def decoder_layer_times(device: str, tiny: bool, iters: int) -> dict:
+    """Seconds of one Llama-style decoder layer's decode step (batch 32, 1024-token context) run
+    eagerly from Python and, on CUDA, replayed from a CUDA graph: the difference is the per-layer
+    launch cost that ``ENGINE_OVERHEAD.eager_layer_s`` stands for (a lower bound for vLLM, whose
+    layers add their own Python: metadata handling, custom-op wrappers)."""
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    h, heads, kvh, hd, inter, b, ctx = (64, 4, 1, 16, 128, 4, 64) if tiny else (4096, 32, 8, 128, 14336, 32, 1024)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    w = {k: (torch.randn(*shape, generator=g) * 0.02).to(device=device, dtype=dtype) for k, shape in {
+        "qkv": (h, (heads + 2 * kvh) * hd), "o": (heads * hd, h), "gu": (h, 2 * inter), "d": (inter, h),
+        "n1": (h,), "n2": (h,)}.items()}
+    k_cache = torch.randn(b, kvh, ctx, hd, device=device, dtype=dtype)
+    x = torch.randn(b, h, device=device, dtype=dtype)
+    cos = torch.randn(b, hd // 2, device=device, dtype=dtype)
+
+    def rms(t, wt):
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-5) * wt
+
+    def layer(inp):
+        hs = rms(inp, w["n1"])
+        qkv = hs @ w["qkv"]
+        q, k, _ = qkv.split([heads * hd, kvh * hd, kvh * hd], dim=-1)
+        k_cache[:, :, -1] = k.view(b, kvh, hd)        # the cache write (reshape_and_cache)
+        q = q.view(b, heads, hd)
+        q1, q2 = q.chunk(2, dim=-1)
+        q = torch.cat([q1 * cos[:, None] - q2, q2 * cos[:, None] + q1], dim=-1)
+        att = torch.nn.functional.scaled_dot_product_attention(
+            q.view(b, heads, 1, hd), k_cache.repeat_interleave(heads // kvh, 1),
+            k_cache.repeat_interleave(heads // kvh, 1))
+        hs = inp + att.reshape(b, heads * hd) @ w["o"]
+        gu = rms(hs, w["n2"]) @ w["gu"]
+        gate, up = gu.chunk(2, dim=-1)
+        return hs + (torch.nn.functional.silu(gate) * up) @ w["d"]
+
+    def wall(fn, n):
+        fn()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n
+
+    n = max(3, iters) * (1 if tiny else 10)
+    out = {"shape": {"hidden": h, "heads": heads, "kv_heads": kvh, "intermediate": inter, "batch": b, "context": ctx},
+           "eager_s": wall(lambda: layer(x), n), "graph_s": None, "eager_minus_graph_s": None}
+    if device.startswith("cuda"):
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                layer(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            layer(x)
+        out["graph_s"] = wall(graph.replay, n)
+        out["eager_minus_graph_s"] = out["eager_s"] - out["graph_s"]
+    return out
+
+
 def _sig(x: float) -> float:
     """Four significant digits (CPU test runs give tiny efficiencies that must stay > 0)."""
     return float(f"{x:.4g}")
@@ -192,6 +257,7 @@ def profile(gpu_name: str, device: str, tiny: bool, iters: int) -> dict:
         "mbu": _median(gemms, "bw_eff", lambda r: r["dtype"] == "bf16" and r["tokens"] <= MEMORY_BOUND_TOKENS),
         "copy_bw_eff": _sig(copy_bandwidth(device, timer, tiny) / gpu["hbm_bytes_per_s"]),
         "kernel_launch_s": launch_overhead(device, 200 if tiny else 2000),
+        "decoder_layer": decoder_layer_times(device, tiny, iters),
         "attention": attention_rows(device, timer, gpu, tiny),
         "gemms": gemms,
     }

@@ -31,6 +31,8 @@ def test_cpu_tiny_profile_is_loaded_by_the_cost_model(tmp_path):
     assert {r["dtype"] for r in table["gemms"]} == {"bf16"}
     # Every zoo model contributes its shapes; the decode (1-token) and prefill sizes are both there.
     assert {r["tokens"] for r in table["gemms"]} == set(mod.TINY_TOKENS)
+    # The eager decoder layer runs everywhere; its CUDA-graph twin only on a GPU.
+    assert table["decoder_layer"]["eager_s"] > 0 and table["decoder_layer"]["graph_s"] is None
     eff = gpu_efficiency(tiny_gpu(name="h100"), tmp_path)
     assert eff["mfu_bf16"] == table["mfu_bf16"] and eff["mfu_fp8"] == table["mfu_bf16"]
     assert eff["source"].startswith("profiled")

@@ -80,7 +80,12 @@ class EngineOverhead:
 # Estimates, per engine version and never per model (see results/fig14/FIDELITY.md):
 # - step_s / per_request_s: v0.6-era profiles put ~30-40% of a small-batch decode step in CPU work
 #   (scheduler, input preparation, output processing per sequence group); the v1 rewrite moved
-#   most per-request Python out of the hot loop.
+#   most per-request Python out of the hot loop. Published v0 figures agree in size: 5-13 ms of
+#   GPU bubble per decode step from scheduling, input preparation and output processing
+#   (vllm-project/vllm#6854, the multi-step RFC, v0.5.x), and "when BS is 200, all this together
+#   [sampling, prepare input, process_model_output, scheduler] can be 20 ms" (vllm#6801, v0.5.x);
+#   ours is 3 + 200 x 0.06 = 15 ms at batch 200 (v0.6.3 overlaps output processing with the next
+#   step). The parts that grow with blocks, prompt tokens and images are in ``InputPrep`` below.
 # - eager_layer_s: a public vLLM measurement of a 28-layer 7B model in eager mode gives ~22 ms TPOT
 #   vs ~13 ms with CUDA graphs (vllm-project/vllm-omni#7960), i.e. ~0.5-0.8 ms of launch-bound
 #   time per decoder layer; we take 0.5 ms.
