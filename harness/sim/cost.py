@@ -95,7 +95,6 @@ ENGINE_OVERHEAD: dict[str, EngineOverhead] = {
 }
 
 
-
 @dataclass(frozen=True)
 class InputPrep:
     """Model-runner CPU time that grows with what a step holds (seconds per unit).
@@ -107,7 +106,8 @@ class InputPrep:
       (``block_tables[seq_id][-curr_sliding_window_block:]``) and ``build`` writes it into the
       CUDA-graph table row by row (``input_block_tables[i, :len(block_table)] = block_table``) or
       into ``make_tensor_with_pad`` (eager and prefill). mllama's encoder-decoder runner does the
-      same for the cross-attention table. → ``uniform_entry_s`` per block-table entry.
+      same for the cross-attention table (``vllm/worker/enc_dec_model_runner.py``,
+      ``_prepare_encoder_model_input_tensors``: ``make_tensor_with_pad(cross_block_tables)``). → ``uniform_entry_s`` per block-table entry.
     - ``vllm-v0-jenga`` (``--use-per-layer-block-manager``): one metadata builder per KV group
       (``ModelInputForGPUBuilder`` in ``vllm/worker/model_runner.py`` loops over
       ``attn_metadata_builders``), and the same ``_add_seq_group`` builds
