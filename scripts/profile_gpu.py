@@ -4,10 +4,11 @@ Writes ``harness/conf/gpu/profiles/<gpu>.yaml``, which ``harness.sim.cost.gpu_ef
 instead of the datasheet ``mfu``/``mbu`` defaults of ``harness/conf/gpu/<gpu>.yaml``:
 
 - **GEMMs** of every zoo model's linear layers (QKV, O, gate-up, down; MoE experts at their own
-  width) at token counts from 1 to 8192, bf16 (and FP8 via ``torch._scaled_mm`` where the GPU has
-  it). ``mfu_bf16`` / ``mfu_fp8`` = median achieved / datasheet peak over the compute-bound ones
-  (>= 1024 tokens); ``mbu`` = median achieved weight-streaming bandwidth / datasheet bandwidth over
-  the decode-sized ones (<= 16 tokens), the regime the step-time model's memory term describes.
+  width), whole and as one GPU's shard at TP 4 and 8, at token counts from 1 to 8192, bf16 (and
+  FP8 via ``torch._scaled_mm`` where the GPU has it). ``mfu_bf16`` / ``mfu_fp8`` = median achieved
+  / datasheet peak over the compute-bound ones (>= 1024 tokens); ``mbu`` = median achieved
+  weight-streaming bandwidth / datasheet bandwidth over the decode-sized ones (<= 16 tokens), the
+  regime the step-time model's memory term describes; the same three per TP degree in ``by_tp``.
 - **Attention** (``scaled_dot_product_attention``): causal prefill FLOP efficiency and decode
   KV-read bandwidth at a few context lengths (reported, not used by the cost model).
 - **HBM** copy bandwidth (read + write of a large buffer), **launch overhead** (back-to-back
@@ -41,25 +42,34 @@ TOKENS = (1, 4, 16, 128, 1024, 4096, 8192)
 TINY_TOKENS = (1, 4, 16, 64)
 COMPUTE_BOUND_TOKENS = 1024
 MEMORY_BOUND_TOKENS = 16
+TP_DEGREES = (1, 4, 8)     # the tensor-parallel degrees the experiments use (Fig. 14: 1, 4, 8)
 
 
-def zoo_shapes(tiny: bool) -> list[dict]:
-    """Unique (name, k, n) linear shapes of the zoo's models: y[T, n] = x[T, k] @ W[k, n]."""
-    seen: dict[tuple[int, int], str] = {}
+def zoo_shapes(tiny: bool, tps: tuple[int, ...] = TP_DEGREES) -> list[dict]:
+    """Unique (name, k, n, tp) linear shapes of the zoo's models, y[T, n] = x[T, k] @ W[k, n], as
+    one GPU of a ``tp``-way tensor-parallel group runs them (vLLM's Megatron split: QKV and
+    gate-up column-parallel, n / tp; O and down row-parallel, k / tp; fused MoE experts split
+    their intermediate width the same way)."""
+    seen: dict[tuple[int, int, int], str] = {}
     for path in sorted((CONF / "model").glob("*.yaml")):
         m = yaml.safe_load(path.read_text())
         h, hd = m["hidden_size"], m["head_dim"]
         q, kv = m["num_heads"] * hd, m["num_kv_heads"] * hd
         inter = m["intermediate_size"]
-        shapes = {"qkv": (h, q + 2 * kv), "o": (q, h), "gate_up": (h, 2 * inter), "down": (inter, h)}
+        col = {"qkv": (h, q + 2 * kv), "gate_up": (h, 2 * inter)}
+        row = {"o": (q, h), "down": (inter, h)}
         expert = (m.get("moe") or {}).get("expert_intermediate_size")
         if expert:
-            shapes.update({"expert_gate_up": (h, 2 * expert), "expert_down": (expert, h)})
-        for kind, (k, n) in shapes.items():
-            if tiny:
-                k, n = max(8, k // 128), max(8, n // 128)
-            seen.setdefault((k, n), f"{m['name']}.{kind}")
-    return [{"name": name, "k": k, "n": n} for (k, n), name in sorted(seen.items())]
+            col["expert_gate_up"] = (h, 2 * expert)
+            row["expert_down"] = (expert, h)
+        for tp in tps:
+            shapes = {**{k_: (k, max(1, n // tp)) for k_, (k, n) in col.items()},
+                      **{k_: (max(1, k // tp), n) for k_, (k, n) in row.items()}}
+            for kind, (k, n) in shapes.items():
+                if tiny:
+                    k, n = max(8, k // 128), max(8, n // 128)
+                seen.setdefault((k, n, tp), f"{m['name']}.{kind}")
+    return [{"name": name, "k": k, "n": n, "tp": tp} for (k, n, tp), name in sorted(seen.items())]
 
 
 class Timer:
@@ -119,7 +129,7 @@ def gemm_rows(shapes, tokens, device, timer, gpu) -> list[dict]:
 
 def _gemm_row(s, t, dtype, sec, weight_bytes, peak, gpu) -> dict:
     flops = 2.0 * t * s["k"] * s["n"]
-    return {"name": s["name"], "tokens": t, "k": s["k"], "n": s["n"], "dtype": dtype, "seconds": sec,
+    return {"name": s["name"], "tp": s["tp"], "tokens": t, "k": s["k"], "n": s["n"], "dtype": dtype, "seconds": sec,
             "flops_eff": flops / sec / peak, "bw_eff": weight_bytes / sec / gpu["hbm_bytes_per_s"]}
 
 
@@ -252,17 +262,29 @@ def profile(gpu_name: str, device: str, tiny: bool, iters: int) -> dict:
         "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "torch": str(torch.__version__),
         "method": "scripts/profile_gpu.py: medians over the zoo's linear shapes (see its docstring)",
-        "mfu_bf16": _median(gemms, "flops_eff", lambda r: r["dtype"] == "bf16" and r["tokens"] >= big),
-        "mfu_fp8": _median(gemms, "flops_eff", lambda r: r["dtype"] == "fp8" and r["tokens"] >= big),
-        "mbu": _median(gemms, "bw_eff", lambda r: r["dtype"] == "bf16" and r["tokens"] <= MEMORY_BOUND_TOKENS),
+        **_efficiency(gemms, big, 1),
+        # Per tensor-parallel degree: one GPU's share of the layer is narrower, so less efficient.
+        "by_tp": {tp: _efficiency(gemms, big, tp) for tp in TP_DEGREES},
         "copy_bw_eff": _sig(copy_bandwidth(device, timer, tiny) / gpu["hbm_bytes_per_s"]),
         "kernel_launch_s": launch_overhead(device, 200 if tiny else 2000),
         "decoder_layer": decoder_layer_times(device, tiny, iters),
         "attention": attention_rows(device, timer, gpu, tiny),
         "gemms": gemms,
     }
+    return out
+
+
+def _efficiency(gemms: list[dict], big: int, tp: int) -> dict:
+    """mfu_bf16 / mfu_fp8 (compute-bound GEMMs) and mbu (decode-sized GEMMs) at one TP degree;
+    ``mfu_fp8`` is left out where no FP8 GEMM ran (the cost model then uses ``mfu_bf16``)."""
+    out = {
+        "mfu_bf16": _median(gemms, "flops_eff", lambda r: r["tp"] == tp and r["dtype"] == "bf16" and r["tokens"] >= big),
+        "mfu_fp8": _median(gemms, "flops_eff", lambda r: r["tp"] == tp and r["dtype"] == "fp8" and r["tokens"] >= big),
+        "mbu": _median(gemms, "bw_eff", lambda r: r["tp"] == tp and r["dtype"] == "bf16"
+                       and r["tokens"] <= MEMORY_BOUND_TOKENS),
+    }
     if out["mfu_fp8"] is None:
-        del out["mfu_fp8"]   # the cost model then uses mfu_bf16 for FP8 models too
+        del out["mfu_fp8"]
     return out
 
 

@@ -31,6 +31,9 @@ def test_cpu_tiny_profile_is_loaded_by_the_cost_model(tmp_path):
     assert {r["dtype"] for r in table["gemms"]} == {"bf16"}
     # Every zoo model contributes its shapes; the decode (1-token) and prefill sizes are both there.
     assert {r["tokens"] for r in table["gemms"]} == set(mod.TINY_TOKENS)
+    # Whole layers and one GPU's shard at each experiment TP degree, each with its own efficiency.
+    assert {r["tp"] for r in table["gemms"]} == set(mod.TP_DEGREES) == set(table["by_tp"])
+    assert table["by_tp"][1]["mfu_bf16"] == table["mfu_bf16"]
     # The eager decoder layer runs everywhere; its CUDA-graph twin only on a GPU.
     assert table["decoder_layer"]["eager_s"] > 0 and table["decoder_layer"]["graph_s"] is None
     eff = gpu_efficiency(tiny_gpu(name="h100"), tmp_path)

@@ -150,6 +150,12 @@ def test_measured_profile_replaces_datasheet_efficiency(tmp_path):
     assert (eff["mfu_bf16"], eff["mfu_fp8"], eff["mbu"]) == (0.5, 0.5, 0.9)
     cm = CostModel(tiny_profile(), gpu, tiny_engine(), profiles_dir=tmp_path)
     assert cm.flops_per_s == pytest.approx(1e15 * 0.5) and cm.bytes_per_s == pytest.approx(1e12 * 0.9)
+    # A TP group's GPU runs narrower shards: the table's by_tp entry for that degree wins.
+    (tmp_path / "toy.yaml").write_text(yaml.safe_dump(
+        {"mfu_bf16": 0.5, "mbu": 0.9, "by_tp": {8: {"mfu_bf16": 0.3, "mbu": 0.7}}}))
+    tp8 = CostModel(tiny_profile(), tiny_gpu(name="toy", count=8), tiny_engine(), profiles_dir=tmp_path)
+    assert tp8.flops_per_s == pytest.approx(1e15 * 0.3 * 8) and tp8.bytes_per_s == pytest.approx(1e12 * 0.7 * 8)
+    assert gpu_efficiency(gpu, tmp_path, tp=4)["mfu_bf16"] == 0.5      # no entry for 4: the TP-1 values
     (tmp_path / "toy.yaml").write_text(yaml.safe_dump({"mfu_bf16": "fast", "mbu": 0.9}))
     with pytest.raises(ValueError, match="mfu_bf16"):
         gpu_efficiency(gpu, tmp_path)

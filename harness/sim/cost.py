@@ -198,21 +198,23 @@ def _get(cfg, key: str, default=None):
     return getattr(cfg, key, default) if hasattr(cfg, key) else default
 
 
-def gpu_efficiency(gpu, profiles_dir: Path | None = None) -> dict:
+def gpu_efficiency(gpu, profiles_dir: Path | None = None, tp: int = 1) -> dict:
     """``mfu_bf16``, ``mfu_fp8``, ``mbu`` and their ``source`` for one GPU: the measured table
     ``<profiles_dir>/<gpu name>.yaml`` written by ``scripts/profile_gpu.py`` when it exists (its
+    ``by_tp[tp]`` entry when it has one: one GPU's shard of a TP group runs narrower GEMMs; its
     ``mfu_fp8`` may be absent where the device had no FP8 GEMM: then the bf16 value), else the GPU
     yaml's datasheet defaults ``mfu``/``mbu``."""
     name = str(_get(gpu, "name", ""))
     path = (profiles_dir or PROFILES_DIR) / f"{name}.yaml"
     if name and path.is_file():
-        prof = yaml.safe_load(path.read_text()) or {}
+        table = yaml.safe_load(path.read_text()) or {}
+        prof = {**table, **((table.get("by_tp") or {}).get(tp) or {})}
         for key in ("mfu_bf16", "mbu"):
             if not isinstance(prof.get(key), (int, float)) or not 0 < prof[key] <= 1.5:
                 raise ValueError(f"{path}: {key} must be a number in (0, 1.5], got {prof.get(key)!r}")
         fp8 = prof.get("mfu_fp8") or prof["mfu_bf16"]
         return {"mfu_bf16": float(prof["mfu_bf16"]), "mfu_fp8": float(fp8), "mbu": float(prof["mbu"]),
-                "source": f"profiled: {path.name} ({prof.get('device', '?')})"}
+                "source": f"profiled: {path.name} ({table.get('device', '?')}, TP {tp})"}
     mfu = float(_get(gpu, "mfu", 0.5))
     return {"mfu_bf16": mfu, "mfu_fp8": mfu, "mbu": float(_get(gpu, "mbu", 0.7)), "source": "datasheet defaults"}
 
@@ -308,7 +310,7 @@ class CostModel:
         self.block_size = int(_get(engine, "tokens_per_page", 16) or 16)
         self.eager = bool(_get(engine, "enforce_eager", False))
         fp8 = profile.weight_dtype_bytes <= 1
-        self.efficiency = gpu_efficiency(gpu, profiles_dir)
+        self.efficiency = gpu_efficiency(gpu, profiles_dir, self.tp)
         peak = float(_get(gpu, "peak_fp8_flops" if fp8 else "peak_bf16_flops"))
         self.flops_per_s = peak * self.efficiency["mfu_fp8" if fp8 else "mfu_bf16"] * self.tp
         self.bytes_per_s = float(_get(gpu, "hbm_bytes_per_s")) * self.efficiency["mbu"] * self.tp
