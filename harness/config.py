@@ -155,6 +155,8 @@ class GpuConf:
     peak_fp8_flops: float = MISSING
     hbm_bytes_per_s: float = MISSING
     interconnect_bytes_per_s: float = MISSING
+    allreduce_bytes_per_s: float | None = None   # per-direction link bandwidth (None: interconnect / 2)
+    allreduce_latency_s: float | None = None     # per-collective latency (None: cost.ALLREDUCE_LATENCY_S)
     mfu: float = MISSING
     mbu: float = MISSING
     count: int = 1

@@ -77,7 +77,11 @@ def test_decode_step_exact_memory_bound():
     batch = [(1, 999, 0)] * 4
     kv = 4 * 1000 * 256 * 2
     oh = cm.overhead
-    assert cm.step_time(batch) == pytest.approx((2e9 + kv) / 1e12 + oh.step_s + 4 * oh.per_request_s, rel=1e-12)
+    # v0 input preparation: each of the 4 decode sequences' block table (1000 tokens = 63 blocks of
+    # 16) goes through the uniform manager's copy + numpy write.
+    prep = 4 * 63 * costmod.INPUT_PREP["v0"].uniform_entry_s
+    assert cm.step_time(batch) == pytest.approx((2e9 + kv) / 1e12 + oh.step_s + 4 * oh.per_request_s + prep,
+                                                rel=1e-12)
 
 
 def test_prefill_compute_bound_fp8_and_tp():
@@ -87,12 +91,18 @@ def test_prefill_compute_bound_fp8_and_tp():
     n = 8192
     flops = 2e9 * n + 4 * 8 * 128 * (n * (n + 1) // 2) * 2
     oh = cm.overhead
-    assert cm.step_time([(n, 0, 0)]) == pytest.approx(flops / 1e15 + oh.step_s + oh.per_request_s)
+    # v0 prefill input preparation: tokens + positions and one slot mapping per prompt token, and
+    # the 512-block table through the uniform manager.
+    v0 = costmod.INPUT_PREP["v0"]
+    prep = n * (v0.prefill_token_s + v0.slot_token_s) + 512 * v0.uniform_entry_s
+    fixed = oh.step_s + oh.per_request_s + prep
+    assert cm.step_time([(n, 0, 0)]) == pytest.approx(flops / 1e15 + fixed)
     fp8 = CostModel(tiny_profile(active_params=10**9, weight_dtype_bytes=1), gpu, tiny_engine())
-    assert fp8.step_time([(n, 0, 0)]) == pytest.approx(flops / 2e15 + oh.step_s + oh.per_request_s)
+    assert fp8.step_time([(n, 0, 0)]) == pytest.approx(flops / 2e15 + fixed)
+    # TP2 without allreduce_* keys: per-direction link = interconnect / 2 = 5e10 B/s.
     tp2 = CostModel(prof, tiny_gpu(count=2), tiny_engine())
-    comm = 2 * 2 * (costmod.ALLREDUCE_LATENCY_S + 2 * 0.5 * n * 1024 * 2 / 1e11)
-    assert tp2.step_time([(n, 0, 0)]) == pytest.approx(flops / 2e15 + comm + oh.step_s + oh.per_request_s)
+    comm = 2 * 2 * (costmod.ALLREDUCE_LATENCY_S + 2 * 0.5 * n * 1024 * 2 / 5e10)
+    assert tp2.step_time([(n, 0, 0)]) == pytest.approx(flops / 2e15 + comm + fixed)
 
 
 def test_sliding_window_decode_is_cheaper_than_full_at_long_context():

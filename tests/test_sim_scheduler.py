@@ -66,6 +66,10 @@ def test_exact_throughput_with_cost_model():
     # so all three steps (1 prefill + 2 decodes) are memory bound: 2 ms + KV reads.
     kv = [2 * 2 * 16 * 4, 2 * 2 * 17 * 4, 2 * 2 * 18 * 4]     # bytes: layers x bpt x keys x requests
     expected = sum((2e9 + b) / 1e12 + oh.step_s + 4 * oh.per_request_s for b in kv)
+    # v0 input preparation (cost.InputPrep): 4 block-table entries and 64 prompt tokens in the
+    # prefill step, then 4 x 2 entries in each decode step (17 and 18 tokens).
+    prep = cost.prep
+    expected += (4 + 8 + 8) * prep.uniform_entry_s + 64 * (prep.prefill_token_s + prep.slot_token_s)
     # The prefill step is not in a CUDA graph: its launch time must not exceed its GPU time here.
     assert prof.num_layers * oh.eager_layer_s < 2e-3
     makespan = max(s.finish_time for s in sched.seqs)

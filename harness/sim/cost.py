@@ -15,9 +15,18 @@ A step's time is ``max(compute, memory, eager launch) + engine overhead``:
   above the largest captured graph) issues kernels from Python, ~per-layer CPU time that the GPU
   work overlaps, hence the max.
 - **overhead**: per engine version (v0 / v1), a fixed CPU time per step plus CPU time per
-  scheduled request. One set of constants per engine version, never per model.
-- **TP** divides compute and memory and adds two all-reduces per layer (bytes over the
-  interconnect plus a fixed latency).
+  scheduled request, plus the model runner's input preparation that grows with what the step
+  holds (:class:`InputPrep`: block-table entries per KV group, prefill tokens; v0 only — see
+  there for the code path and how the constants were measured). One set of constants per engine
+  version and block manager, never per model.
+- **TP** divides compute and memory and adds two all-reduces per layer: ring all-reduce bytes over
+  the GPU's per-direction link bandwidth plus a per-collective latency (both per GPU in
+  ``conf/gpu``; L4 has PCIe only).
+- **Mamba** mixers add their own kernel (``selective_state_update`` / ``causal_conv1d_update`` in
+  decode, ``selective_scan_fwd`` + ``causal_conv1d_fwd`` in prefill): per sequence the conv and SSM
+  state read and written, per token the scan's activations and its element-wise recurrence FLOPs.
+- **GPU efficiency**: ``mfu``/``mbu`` from ``conf/gpu/<gpu>.yaml`` (datasheet defaults) unless a
+  measured table ``conf/gpu/profiles/<gpu>.yaml`` (``scripts/profile_gpu.py``) exists.
 
 KV capacity (vLLM's start-up profiling, per cell)::
 
@@ -49,6 +58,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from harness.profile import ModelProfile
 
@@ -68,7 +80,12 @@ class EngineOverhead:
 # Estimates, per engine version and never per model (see results/fig14/FIDELITY.md):
 # - step_s / per_request_s: v0.6-era profiles put ~30-40% of a small-batch decode step in CPU work
 #   (scheduler, input preparation, output processing per sequence group); the v1 rewrite moved
-#   most per-request Python out of the hot loop.
+#   most per-request Python out of the hot loop. Published v0 figures agree in size: 5-13 ms of
+#   GPU bubble per decode step from scheduling, input preparation and output processing
+#   (vllm-project/vllm#6854, the multi-step RFC, v0.5.x), and "when BS is 200, all this together
+#   [sampling, prepare input, process_model_output, scheduler] can be 20 ms" (vllm#6801, v0.5.x);
+#   ours is 3 + 200 x 0.06 = 15 ms at batch 200 (v0.6.3 overlaps output processing with the next
+#   step). The parts that grow with blocks, prompt tokens and images are in ``InputPrep`` below.
 # - eager_layer_s: a public vLLM measurement of a 28-layer 7B model in eager mode gives ~22 ms TPOT
 #   vs ~13 ms with CUDA graphs (vllm-project/vllm-omni#7960), i.e. ~0.5-0.8 ms of launch-bound
 #   time per decoder layer; we take 0.5 ms.
@@ -77,7 +94,89 @@ ENGINE_OVERHEAD: dict[str, EngineOverhead] = {
     "v1": EngineOverhead(step_s=1.5e-3, per_request_s=12e-6, eager_layer_s=500e-6, max_graph_batch=512),
 }
 
-ALLREDUCE_LATENCY_S = 8e-6        # one small all-reduce over NVLink (custom all-reduce kernel)
+
+@dataclass(frozen=True)
+class InputPrep:
+    """Model-runner CPU time that grows with what a step holds (seconds per unit).
+
+    vLLM v0 (both artifact forks) rebuilds the step's attention metadata in Python every step:
+
+    - ``vllm-v0-baseline`` ``vllm/attention/backends/utils.py``,
+      ``CommonMetadataBuilder._add_seq_group``: each sequence's block table is copied
+      (``block_tables[seq_id][-curr_sliding_window_block:]``) and ``build`` writes it into the
+      CUDA-graph table row by row (``input_block_tables[i, :len(block_table)] = block_table``) or
+      into ``make_tensor_with_pad`` (eager and prefill). mllama's encoder-decoder runner does the
+      same for the cross-attention table (``vllm/worker/enc_dec_model_runner.py``,
+      ``_prepare_encoder_model_input_tensors``: ``make_tensor_with_pad(cross_block_tables)``). → ``uniform_entry_s`` per block-table entry.
+    - ``vllm-v0-jenga`` (``--use-per-layer-block-manager``): one metadata builder per KV group
+      (``ModelInputForGPUBuilder`` in ``vllm/worker/model_runner.py`` loops over
+      ``attn_metadata_builders``), and the same ``_add_seq_group`` builds
+      ``[2 * x for x in block_table]`` twice per sequence and group (block table and slot
+      mapping) before the numpy write. → ``per_layer_entry_s`` per entry per group.
+    - Prefill inputs: ``ModelInputForGPUBuilder.build`` flattens tokens and positions into Python
+      lists and ``async_tensor_h2d`` converts them (``prefill_token_s`` per prompt token); each
+      metadata builder's ``compute_slot_mapping`` (numpy path) extends a Python list with one numpy
+      scalar per token, converted the same way (``slot_token_s`` per token, per group in the
+      per-layer manager).
+
+    - Multimodal inputs: ``_compute_multi_modal_input`` calls ``multi_modal_input_mapper`` for
+      every image prefill, and mllama registers the default mapper
+      (``vllm/multimodal/image.py`` ``ImagePlugin._default_input_mapper``: the HF image
+      processor's ``preprocess(data, return_tensors="pt")``), in the worker, between steps. With
+      the artifact's transformers 4.45.2 (``environment.md``) that is the numpy
+      ``MllamaImageProcessor``: resize, pad, float64 rescale, normalize, split into tiles, pack,
+      then the tensor copies. → ``mm_input_per_image_token_s`` per image token of the request
+      (its work scales with the padded canvas: patch² × 3 values per image token).
+
+    The v0 constants were measured on this project's CPU (AMD EPYC vCPU, Python 3.11) as thread
+    CPU time (the host is shared, wall time is inflated): block-table entries and tokens with
+    ``scripts/bench_v0_python.py`` (numpy 2.4, torch 2.13 CPU; medians of five runs: 18-30,
+    67-101, 144-179, 115-188 ns); the image mapper with transformers 4.45.2's
+    ``MllamaImageProcessor.preprocess`` on random RGB images of 560² to 1920×1080 px (same script,
+    ``--mm``, in a venv with ``transformers==4.45.2 numpy<2``): 4.0-11.3 ms per 560-px tile, median
+    8.4 ms for the 4-tile canvases that dominate MMMU-Pro, plus ~0.4 ms per tile of tensor copies
+    (``BatchFeature`` → torch, ``MultiModalInputs.batch``) → 8.8 ms per 1601-token tile. The
+    artifact's host CPU is not published, so these are per engine version and host, never per
+    model.
+    vLLM v1 (``vllm-v1`` fork, ``vllm/v1/worker/block_table.py`` ``BlockTable.append_row`` and
+    ``gpu_model_runner.py`` ``_prepare_inputs``) keeps persistent numpy block tables that only
+    append new blocks and builds inputs with vectorised numpy: per-entry and per-token Python work
+    is gone, hence zeros; its HF image processor runs in the front-end process
+    (``vllm/v1/engine/processor.py``), overlapped with the engine core's steps.
+    """
+
+    uniform_entry_s: float
+    per_layer_entry_s: float
+    prefill_token_s: float
+    slot_token_s: float
+    mm_input_per_image_token_s: float
+
+
+INPUT_PREP: dict[str, InputPrep] = {
+    "v0": InputPrep(uniform_entry_s=20e-9, per_layer_entry_s=75e-9, prefill_token_s=160e-9,
+                    slot_token_s=125e-9, mm_input_per_image_token_s=8.8e-3 / 1601),
+    "v1": InputPrep(uniform_entry_s=0.0, per_layer_entry_s=0.0, prefill_token_s=0.0, slot_token_s=0.0,
+                    mm_input_per_image_token_s=0.0),
+}
+
+# Systems that ran on the artifact's upstream (uniform) block manager; every other system ran on
+# Jenga's PerlayerBlockSpaceManager fork (figure14.md: max page / static partition / Jenga pass
+# --use-per-layer-block-manager; the vLLM bars use vllm-v0-baseline).
+UNIFORM_BLOCK_MANAGER_SYSTEMS = frozenset({"vllm"})
+
+
+def block_manager_of(system: str) -> str:
+    """``uniform`` (one block table per sequence) or ``per_layer`` (one per KV group)."""
+    return "uniform" if system in UNIFORM_BLOCK_MANAGER_SYSTEMS else "per_layer"
+
+
+# Per-collective latency when a GPU yaml gives none: vLLM's custom all-reduce over NVLink is a
+# one-shot kernel of a few microseconds (ASSUMED 8 us; per GPU in conf/gpu/*.yaml).
+ALLREDUCE_LATENCY_S = 8e-6
+# Mamba recurrence FLOPs per (token, d_inner, d_state) element: dA = exp(dt*A), dB*x, h = dA*h +
+# dBx, y += C*h (mamba_ssm selective_scan: ~6 multiply/adds + one exp) — ASSUMED count, tiny anyway.
+MAMBA_SCAN_FLOPS_PER_ELEMENT = 7
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "conf" / "gpu" / "profiles"
 # Memory outside torch's allocator that vLLM's profiler adds (CUDA context, cuBLAS workspace); vLLM
 # logs typically report 0.1-0.3 GiB for one GPU ("non_torch_memory takes 0.16GiB").
 NON_TORCH_BYTES = GiB // 5
@@ -97,6 +196,46 @@ def _get(cfg, key: str, default=None):
     if isinstance(cfg, dict):
         return cfg.get(key, default)
     return getattr(cfg, key, default) if hasattr(cfg, key) else default
+
+
+def gpu_efficiency(gpu, profiles_dir: Path | None = None, tp: int = 1) -> dict:
+    """``mfu_bf16``, ``mfu_fp8``, ``mbu`` and their ``source`` for one GPU: the measured table
+    ``<profiles_dir>/<gpu name>.yaml`` written by ``scripts/profile_gpu.py`` when it exists (its
+    ``by_tp[tp]`` entry when it has one: one GPU's shard of a TP group runs narrower GEMMs; its
+    ``mfu_fp8`` may be absent where the device had no FP8 GEMM: then the bf16 value), else the GPU
+    yaml's datasheet defaults ``mfu``/``mbu``."""
+    name = str(_get(gpu, "name", ""))
+    path = (profiles_dir or PROFILES_DIR) / f"{name}.yaml"
+    if name and path.is_file():
+        table = yaml.safe_load(path.read_text()) or {}
+        prof = {**table, **((table.get("by_tp") or {}).get(tp) or {})}
+        for key in ("mfu_bf16", "mbu"):
+            if not isinstance(prof.get(key), (int, float)) or not 0 < prof[key] <= 1.5:
+                raise ValueError(f"{path}: {key} must be a number in (0, 1.5], got {prof.get(key)!r}")
+        fp8 = prof.get("mfu_fp8") or prof["mfu_bf16"]
+        return {"mfu_bf16": float(prof["mfu_bf16"]), "mfu_fp8": float(fp8), "mbu": float(prof["mbu"]),
+                "source": f"profiled: {path.name} ({table.get('device', '?')}, TP {tp})"}
+    mfu = float(_get(gpu, "mfu", 0.5))
+    return {"mfu_bf16": mfu, "mfu_fp8": mfu, "mbu": float(_get(gpu, "mbu", 0.7)), "source": "datasheet defaults"}
+
+
+def allreduce_time(msg_bytes: float, tp: int, link_bytes_per_s: float, latency_s: float) -> float:
+    """One ring all-reduce of ``msg_bytes`` over ``tp`` GPUs: each GPU sends and receives
+    ``2 (tp - 1) / tp`` of the message over its per-direction link (NCCL's bus-bandwidth model,
+    nccl-tests PERFORMANCE.md), plus a fixed per-collective latency. Zero for tp = 1."""
+    if tp <= 1:
+        return 0.0
+    ring = 2.0 * (tp - 1) / tp * msg_bytes / link_bytes_per_s if link_bytes_per_s else 0.0
+    return latency_s + ring
+
+
+def expected_distinct_experts(num_experts: int, top_k: int, tokens: int) -> float:
+    """Expected experts of one MoE layer that ``tokens`` tokens route to, each token picking
+    ``top_k`` of ``num_experts`` uniformly: ``E (1 - (1 - k/E)^T)`` (1 token → k experts; many → E).
+    Uniform routing is the assumption; real routers are skewed, which touches fewer."""
+    if tokens <= 0:
+        return 0.0
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
 
 def profile_tokens(engine, max_model_len: int) -> int:
@@ -154,7 +293,8 @@ def _keys_read(kind: str, spec, c: int, n: int) -> int:
 class CostModel:
     """Step time of one scheduler step and the KV capacity of one cell."""
 
-    def __init__(self, profile: ModelProfile, gpu, engine) -> None:
+    def __init__(self, profile: ModelProfile, gpu, engine, block_manager: str = "uniform",
+                 profiles_dir: Path | None = None) -> None:
         self.profile = profile
         self.gpu = gpu
         self.engine = engine
@@ -162,13 +302,23 @@ class CostModel:
         version = str(_get(engine, "engine_version", "v0"))
         if version not in ENGINE_OVERHEAD:
             raise ValueError(f"engine.engine_version must be one of {sorted(ENGINE_OVERHEAD)}, got {version!r}")
+        if block_manager not in ("uniform", "per_layer"):
+            raise ValueError(f"block_manager must be 'uniform' or 'per_layer', got {block_manager!r}")
         self.overhead = ENGINE_OVERHEAD[version]
+        self.prep = INPUT_PREP[version]
+        self.block_manager = block_manager
+        self.block_size = int(_get(engine, "tokens_per_page", 16) or 16)
         self.eager = bool(_get(engine, "enforce_eager", False))
         fp8 = profile.weight_dtype_bytes <= 1
+        self.efficiency = gpu_efficiency(gpu, profiles_dir, self.tp)
         peak = float(_get(gpu, "peak_fp8_flops" if fp8 else "peak_bf16_flops"))
-        self.flops_per_s = peak * float(_get(gpu, "mfu", 0.5)) * self.tp
-        self.bytes_per_s = float(_get(gpu, "hbm_bytes_per_s")) * float(_get(gpu, "mbu", 0.7)) * self.tp
-        self.link_bytes_per_s = float(_get(gpu, "interconnect_bytes_per_s", 0) or 0)
+        self.flops_per_s = peak * self.efficiency["mfu_fp8" if fp8 else "mfu_bf16"] * self.tp
+        self.bytes_per_s = float(_get(gpu, "hbm_bytes_per_s")) * self.efficiency["mbu"] * self.tp
+        # Per-direction link bandwidth for the ring all-reduce; GPU yamls without it fall back to
+        # half the datasheet's bidirectional interconnect figure.
+        self.link_bytes_per_s = float(_get(gpu, "allreduce_bytes_per_s", 0) or 0) or \
+            float(_get(gpu, "interconnect_bytes_per_s", 0) or 0) / 2
+        self.allreduce_latency_s = float(_get(gpu, "allreduce_latency_s", 0) or 0) or ALLREDUCE_LATENCY_S
         self.attn_flops_per_pair = 4 * profile.num_heads * profile.head_dim
         # Linear-layer FLOPs per token: the matmul parameters (the embedding lookup is free).
         self.matmul_params = float(profile.extra.get("matmul_params_per_token", profile.active_params))
@@ -177,10 +327,24 @@ class CostModel:
         self._types = [(s.kind, s, s.num_compute_layers or s.num_layers, s.bytes_per_token_per_layer)
                        for s in profile.specs]
         self._mamba_state_bytes = sum(s.state_bytes for s in profile.specs if s.kind == "mamba")
+        # Mamba mixer kernels (vLLM ``MambaMixer``; shapes from the model's ``mamba:`` section).
+        mb = profile.extra.get("mamba") or {}
+        self._mamba_layers = sum(s.num_compute_layers or s.num_layers for s in profile.specs if s.kind == "mamba")
+        if self._mamba_layers and mb:
+            di, ds, dc = mb["d_inner"], mb["d_state"], mb["d_conv"]
+            # Per token and layer the scan reads x, dt, z (d_inner each) and B, C (d_state each) and
+            # writes y (d_inner), bf16 activations; the causal conv reads d_conv inputs per channel.
+            self._mamba_act_bytes = ((4 * di + 2 * ds) + dc * di) * ACT_BYTES
+            self._mamba_flops = MAMBA_SCAN_FLOPS_PER_ELEMENT * di * ds + 2 * di * dc
+        else:
+            self._mamba_act_bytes = self._mamba_flops = 0
         self._moe = profile.num_experts > 0 and profile.experts_per_token > 0
         if self._moe:
             e, k = profile.num_experts, profile.experts_per_token
-            self._expert_bytes = (profile.total_params - profile.active_params) / (e - k) * profile.weight_dtype_bytes
+            # Routed-expert parameters = total - active - the vision tower a text-served VLM loads
+            # (``extra.vision_tower_params``: Llama-4's tower is in its published total).
+            routed = profile.total_params - profile.active_params - float(profile.extra.get("vision_tower_params", 0))
+            self._expert_bytes = routed / (e - k) * profile.weight_dtype_bytes
             self._shared_bytes = profile.active_params * profile.weight_dtype_bytes - k * self._expert_bytes
         # The vision encoder runs once per image token at prefill (a dense ViT: 2 FLOPs/param/token).
         self._vision_flops_per_token = 2.0 * profile.vision.encoder_params if profile.vision else 0.0
@@ -203,9 +367,65 @@ class CostModel:
         p = self.profile
         if not self._moe:
             return float(self.weight_bytes)
-        e, k = p.num_experts, p.experts_per_token
-        touched = e * (1.0 - (1.0 - k / e) ** num_tokens)
+        touched = expected_distinct_experts(p.num_experts, p.experts_per_token, num_tokens)
         return self._shared_bytes + touched * self._expert_bytes
+
+    def mamba_kernel_time(self, tokens: int, seqs: int) -> float:
+        """The Mamba mixers' own kernels, summed over Mamba layers (they run between the matmuls,
+        so they add to the step): every sequence's conv + SSM state read and written once
+        (``selective_state_update`` in decode; the chunked ``selective_scan_fwd`` in prefill
+        loads the initial state and stores the final one), every token's scan activations and
+        recurrence FLOPs. Roofline of that kernel: max(bytes / bandwidth, FLOPs / compute)."""
+        if not self._mamba_layers:
+            return 0.0
+        nbytes = 2 * self._mamba_state_bytes * seqs + tokens * self._mamba_layers * self._mamba_act_bytes
+        flops = tokens * self._mamba_layers * self._mamba_flops
+        return max(nbytes / self.bytes_per_s, flops / self.flops_per_s)
+
+    def _block_entries(self, n: int, c: int, cross: int) -> tuple[int, int]:
+        """Block-table entries one scheduled sequence puts through v0's input preparation and the
+        number of tables they sit in: uniform manager → one table of all its tokens (+ mllama's
+        cross table); per-layer manager → one table per KV group (layer type): attention types
+        keep one entry per block of the sequence (freed sliding-window blocks stay as null
+        entries), cross = image-token blocks, Mamba = one state entry, token-drop = kept tokens."""
+        bs = self.block_size
+        toks = -(-(c + n) // bs)
+        cross_blocks = -(-cross // bs)
+        if self.block_manager == "uniform":
+            return toks + cross_blocks, 1
+        entries = groups = 0
+        for kind, spec, _layers, _bpt in self._types:
+            if kind == "vision_embedding":
+                continue
+            groups += 1
+            if kind == "cross":
+                entries += cross_blocks
+            elif kind == "mamba":
+                entries += 1
+            elif kind == "token_drop":
+                entries += -(-spec.kept_tokens(c + n) // bs)
+            else:
+                entries += toks
+        return entries, groups
+
+    def input_prep_time(self, batch: Sequence[tuple]) -> float:
+        """v0 model-runner Python that grows with the step's block tables, prefill tokens and
+        images mapped this step (:class:`InputPrep`); zero on v1."""
+        prep = self.prep
+        if not (prep.uniform_entry_s or prep.per_layer_entry_s or prep.prefill_token_s or prep.slot_token_s
+                or prep.mm_input_per_image_token_s):
+            return 0.0
+        per_entry = prep.uniform_entry_s if self.block_manager == "uniform" else prep.per_layer_entry_s
+        t = 0.0
+        for entry in batch:
+            n, c = entry[0], entry[1]
+            t += entry[2] * prep.mm_input_per_image_token_s
+            cross = entry[3] if len(entry) > 3 else 0
+            entries, groups = self._block_entries(n, c, cross)
+            t += entries * per_entry
+            if n > 1:
+                t += n * (prep.prefill_token_s + groups * prep.slot_token_s)
+        return t
 
     def step_time(self, batch: Sequence[tuple]) -> float:
         """Seconds for one step. ``batch``: per scheduled request ``(num_new_tokens,
@@ -241,19 +461,21 @@ class CostModel:
                         continue
                     attn_pairs += _span_sum(kind, spec, c, n) * layers
                     kv_bytes += _keys_read(kind, spec, c, n) * bpt * layers
-        kv_bytes += 2 * self._mamba_state_bytes * len(batch)
         flops = 2.0 * self.matmul_params * tokens + self.attn_flops_per_pair * attn_pairs
         flops += self._vision_flops_per_token * img_tokens
         compute = flops / self.flops_per_s
         memory = (self.weight_bytes_read(tokens) + kv_bytes) / self.bytes_per_s
-        gpu_time = max(compute, memory)
+        gpu_time = max(compute, memory) + self.mamba_kernel_time(tokens, len(batch))
         if self.tp > 1:
+            # Row-parallel o_proj / out_proj and down_proj (or the MoE combine) each end in an
+            # all-reduce of the step's hidden states: two per layer.
             msg = tokens * p.hidden_size * ACT_BYTES
-            ring = 2.0 * (self.tp - 1) / self.tp * msg / self.link_bytes_per_s if self.link_bytes_per_s else 0.0
-            gpu_time += 2 * p.num_layers * (ALLREDUCE_LATENCY_S + ring)
+            gpu_time += 2 * p.num_layers * allreduce_time(msg, self.tp, self.link_bytes_per_s,
+                                                          self.allreduce_latency_s)
         graphed = not self.eager and not is_prefill and len(batch) <= self.overhead.max_graph_batch
         launch = 0.0 if graphed else p.num_layers * self.overhead.eager_layer_s
-        return max(gpu_time, launch) + self.overhead.step_s + self.overhead.per_request_s * len(batch)
+        return (max(gpu_time, launch) + self.overhead.step_s + self.overhead.per_request_s * len(batch)
+                + self.input_prep_time(batch))
 
     # -- capacity -------------------------------------------------------------------------------
     def activation_peak_bytes(self) -> int:

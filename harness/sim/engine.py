@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
-from harness.sim.cost import CostModel, _get, profile_tokens
+from harness.sim.cost import CostModel, _get, block_manager_of, profile_tokens
 from harness.sim.scheduler import Scheduler, SchedulerConfig
 from harness.workloads.request import Request
 from jenga.spec import page_geometry
@@ -169,7 +169,8 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
         raise ValueError("engine.num_speculative_tokens > 0 is simulated only by `make specdec` "
                          "(harness/studies/specdec.py, draft + target in one pool); a single "
                          "backend=sim cell does not model speculative decoding")
-    cost = CostModel(profile, gpu, engine)
+    # The fork a system ran on decides v0's per-step block-table work (cost.InputPrep).
+    cost = CostModel(profile, gpu, engine, block_manager=block_manager_of(system))
     capacity = cost.kv_capacity_bytes()
     mm = make_manager(system, profile, capacity, engine, _get(cfg.system, "options") or {})
     sched_cfg = scheduler_config(engine, profile, system)
@@ -182,5 +183,6 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
                     "path_counts": dict(final.path_counts)})
     meta = {"simulated": True, "allocator": type(mm).__name__, "scheduler": vars(sched_cfg),
             "activation_peak_bytes": cost.activation_peak_bytes(), "tensor_parallel": cost.tp,
-            "large_page_bytes": geom.large_page_bytes, "engine_overhead": vars(cost.overhead)}
+            "large_page_bytes": geom.large_page_bytes, "engine_overhead": vars(cost.overhead),
+            "block_manager": cost.block_manager, "gpu_efficiency": cost.efficiency}
     return RunResult(metrics=metrics, trace=trace, meta=meta)
