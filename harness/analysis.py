@@ -100,7 +100,9 @@ def summarize(records: list[dict], figure: str, baselines: dict[str, str] | None
                          makespan_s=g["makespan_s"].mean(), simulated=bool(g["simulated"].all()),
                          status="ok", error=""))
     for r in failed:
-        rows.append({**{c: r.get(c) for c in cols}, "status": "failed", "error": r.get("error", "")})
+        # "oom" (some request never fit the KV pool: the paper's OOM bars) stays an outcome.
+        status = "oom" if r.get("status") == "oom" else "failed"
+        rows.append({**{c: r.get(c) for c in cols}, "status": status, "error": r.get("error", "")})
     out = pd.DataFrame(rows)
     if out.empty:
         return out
