@@ -99,8 +99,14 @@ def summarize(records: list[dict], figure: str, baselines: dict[str, str] | None
                          ttft_mean=g["ttft_mean"].mean(), tpot_mean=g["tpot_mean"].mean(),
                          makespan_s=g["makespan_s"].mean(), simulated=bool(g["simulated"].all()),
                          status="ok", error=""))
+    done = {tuple(r[c] for c in cols) for r in rows}
     for r in failed:
-        # "oom" (some request never fit the KV pool: the paper's OOM bars) stays an outcome.
+        # "oom" (some request never fit the KV pool: the paper's OOM bars) stays an outcome; one
+        # row per cell, not per seed.
+        key = tuple(r.get(c) for c in cols)
+        if r.get("status") == "oom" and key in done:
+            continue
+        done.add(key)
         status = "oom" if r.get("status") == "oom" else "failed"
         rows.append({**{c: r.get(c) for c in cols}, "status": status, "error": r.get("error", "")})
     out = pd.DataFrame(rows)
