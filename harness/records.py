@@ -203,8 +203,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 def make_record(cell: dict[str, Any], overrides: list[str] | tuple[str, ...], result: RunResult | None,
                 config: dict[str, Any], wall_s: float, error: str | None = None) -> dict[str, Any]:
-    """The flat record of contract §4 (status ok with metrics; oom when some request never fit the
-    KV pool, metrics kept; or failed with the error)."""
+    """The flat record of contract §4 (status ok with metrics, or failed with the error)."""
     rec: dict[str, Any] = {k: cell[k] for k in CELL_KEYS}
     rec["overrides"] = list(overrides)
     rec["status"] = "failed" if error else "ok"
@@ -213,14 +212,6 @@ def make_record(cell: dict[str, Any], overrides: list[str] | tuple[str, ...], re
         rec[k] = None
     if result is not None:
         rec.update(result.metrics)
-        ignored = int(result.metrics.get("num_ignored") or 0)
-        if ignored and not error:
-            # Requests the KV pool can never admit (vLLM v0 ignores them: "exceeds the capacity of
-            # block_manager"): the engine did not serve the workload. The paper's OOM bars are this
-            # outcome; it is recorded as OOM, not as a failure of the harness.
-            rec["status"] = "oom"
-            rec["error"] = (f"OOM: {ignored} of {ignored + int(result.metrics.get('num_requests') or 0)} "
-                            "requests never fit the KV pool")
         rec["simulated"] = bool(result.meta.get("simulated", False))
         rec["allocator"] = result.meta.get("allocator")
         rec["meta"] = result.meta

@@ -61,7 +61,7 @@ def run_cell(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> di
     rec_path, fail_path = out / "record.json", out / "failure.json"
     if not cfg.get("force", False):
         existing = read_record(rec_path)
-        if existing is not None and existing.get("status") in ("ok", "oom"):
+        if existing is not None and existing.get("status") == "ok":
             existing["reused"] = True
             return existing
     cell = cell_keys(cfg)

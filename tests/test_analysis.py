@@ -49,8 +49,7 @@ def test_summarize_speedups_baselines_and_paper():
     recs = [_rec("llama3_2_11b_vision", "vllm", 1.0), _rec("llama3_2_11b_vision", "jenga", 2.0),
             _rec("jamba_mini", "static_partition", 4.0), _rec("jamba_mini", "jenga", 5.5),
             {"model": "gemma3_12b", "system": "jenga", "status": "failed", "error": "boom", "gpu": "h100"}] + \
-        [{"model": "ministral_8b", "system": "vllm", "status": "oom", "error": "OOM", "gpu": "h100", "seed": k}
-         for k in range(3)]
+        [dict(_rec("ministral_8b", "vllm", 0.5, seed=k), num_ignored=2, num_requests=30) for k in range(3)]
     s = analysis.summarize(recs, "fig14", {"jamba_mini": "static_partition"})
     get = lambda m, sy: s[(s.model == m) & (s.system == sy)].iloc[0]
     assert get("llama3_2_11b_vision", "jenga").speedup == 2.0
@@ -59,7 +58,8 @@ def test_summarize_speedups_baselines_and_paper():
     assert get("jamba_mini", "jenga").paper_speedup == pytest.approx(10.38 / 7.47)
     assert get("gemma3_12b", "jenga").status == "failed"
     # An OOM (a request never fits the pool) is an outcome, one row for all its seeds.
-    assert list(s[s.model == "ministral_8b"].status) == ["oom"]
+    oom = s[s.model == "ministral_8b"]
+    assert list(oom.status) == ["oom"] and "2 of 32" in oom.error.iloc[0] and oom.speedup.isna().all()
     m = analysis.means(s)
     assert m["ours_geo"] == pytest.approx(math.sqrt(2.0 * 1.375))
     assert m["n_paired"] == 2

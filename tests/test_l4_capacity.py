@@ -105,12 +105,3 @@ def test_the_paper_oom_bar_is_reproduced_where_the_mechanism_gives_it():
     profile = load_profile(cfg.model)
     assert not fit_report(cfg, profile, _longest(build_workload(cfg))).ok
 
-
-def test_a_record_with_requests_the_pool_never_admits_is_oom():
-    from harness.records import RunResult, make_record
-
-    cell = {"model": "m", "dataset": "d", "gpu": "l4", "system": "vllm", "backend": "sim", "seed": 0}
-    oom = make_record(cell, [], RunResult({"num_ignored": 2, "num_requests": 30}, [], {}), {}, 0.1)
-    assert oom["status"] == "oom" and "2 of 32" in oom["error"]
-    ok = make_record(cell, [], RunResult({"num_ignored": 0, "num_requests": 32}, [], {}), {}, 0.1)
-    assert ok["status"] == "ok" and ok["error"] is None
