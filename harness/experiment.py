@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     fresh = sum(1 for r in ok if not r.get("reused"))
     print(f"\n{len(ok)}/{len(records)} cells ok ({fresh} run, {len(ok) - fresh} reused) in {wall:.1f} s wall"
           + (f"; {sim_s:.0f} simulated serving seconds ({sim_s / wall:.1f} per wall second)" if fresh else ""))
+    oom = sum(1 for r in ok if r.get("num_ignored"))
+    if oom:
+        print(f"{oom} cell(s) OOM (some request never fits the KV pool; an outcome, as the paper's OOM bars)")
     if len(ok) < len(records):
         print(f"WARNING: {len(records) - len(ok)} cell(s) failed; see the status/error columns of the summary")
     print(f"wrote {out}")

@@ -41,7 +41,11 @@ def speedup_bars(summary: pd.DataFrame, path: str | Path, title: str) -> Path:
                 label = f"{SYSTEM_LABELS.get(s, s)} ({'paper' if paper else 'ours'})"
                 color = SYSTEM_COLORS.get(s, "#333333")
                 if not paper and not ok:
-                    ax.text(pos, 0.02, "×", ha="center", va="bottom", fontsize=11, color="red")
+                    oom = r.get("status") == "oom"
+                    ax.text(pos, 0.02, "OOM" if oom else "×", ha="center", va="bottom",
+                            fontsize=6 if oom else 11, color="red", rotation=90 if oom else 0)
+                elif paper and pd.isna(v) and "OOM" in str(r.get("paper_source", "")):
+                    ax.text(pos, 0.02, "OOM", ha="center", va="bottom", fontsize=6, color="grey", rotation=90)
                 elif pd.notna(v):
                     ax.bar(pos, float(v), bar_w, color=color, alpha=0.45 if paper else 1.0,
                            hatch="//" if paper else None, edgecolor="black", linewidth=0.4,

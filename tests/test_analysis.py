@@ -25,7 +25,12 @@ def test_paper_table_values():
     row = t[(t.paper_model == "mllama") & (t.system == "jenga")].iloc[0]
     assert row.paper_speedup == pytest.approx(2.67 / 1.56)
     assert set(t.paper_verified) == {"yes"}
-    assert analysis.paper_table("fig14", "l4").empty
+    l4 = analysis.paper_table("fig14", "l4")
+    assert l4[(l4.paper_model == "mllama") & (l4.system == "jenga")].iloc[0].paper_speedup == \
+        pytest.approx(0.69 / 0.32)
+    # The paper's OOM bars carry no number (and so no speedup).
+    oom = l4[(l4.paper_model == "Ministral") & (l4.system == "vllm")].iloc[0]
+    assert math.isnan(oom.paper_throughput) and "OOM" in oom.paper_source
     t13 = analysis.paper_table("fig13", "h100")
     assert set(t13.paper_verified) == {"UNVERIFIED"}
     assert analysis.paper_model("llama3_2_11b_vision") == "mllama"
@@ -43,7 +48,8 @@ def _rec(model, system, tp, seed=0):
 def test_summarize_speedups_baselines_and_paper():
     recs = [_rec("llama3_2_11b_vision", "vllm", 1.0), _rec("llama3_2_11b_vision", "jenga", 2.0),
             _rec("jamba_mini", "static_partition", 4.0), _rec("jamba_mini", "jenga", 5.5),
-            {"model": "gemma3_12b", "system": "jenga", "status": "failed", "error": "boom", "gpu": "h100"}]
+            {"model": "gemma3_12b", "system": "jenga", "status": "failed", "error": "boom", "gpu": "h100"}] + \
+        [dict(_rec("ministral_8b", "vllm", 0.5, seed=k), num_ignored=2, num_requests=30) for k in range(3)]
     s = analysis.summarize(recs, "fig14", {"jamba_mini": "static_partition"})
     get = lambda m, sy: s[(s.model == m) & (s.system == sy)].iloc[0]
     assert get("llama3_2_11b_vision", "jenga").speedup == 2.0
@@ -51,6 +57,9 @@ def test_summarize_speedups_baselines_and_paper():
     # Jamba's paper speedup is rebased on the paper's static-partition bar (which is its vLLM bar).
     assert get("jamba_mini", "jenga").paper_speedup == pytest.approx(10.38 / 7.47)
     assert get("gemma3_12b", "jenga").status == "failed"
+    # An OOM (a request never fits the pool) is an outcome, one row for all its seeds.
+    oom = s[s.model == "ministral_8b"]
+    assert list(oom.status) == ["oom"] and "2 of 32" in oom.error.iloc[0] and oom.speedup.isna().all()
     m = analysis.means(s)
     assert m["ours_geo"] == pytest.approx(math.sqrt(2.0 * 1.375))
     assert m["n_paired"] == 2

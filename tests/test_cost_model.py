@@ -37,7 +37,7 @@ def test_kv_capacity_formula_exact():
     eng = tiny_engine(max_model_len=4096, max_num_seqs=8)
     cm = CostModel(prof, tiny_gpu(), eng)
     # Profiling pass (v0): 4096 tokens x (3*4096 + 4*1024) x 2 B; the sampler's sort over 8 rows
-    # x 1000 logits x 38 B runs after the forward and is smaller, so it does not add.
+    # x 1000 logits x 32 B runs after the forward and is smaller, so it does not add.
     act = 4096 * (3 * 4096 + 4 * 1024) * 2
     assert cm.activation_peak_bytes() == act
     # v1 (token budget 8192): the forward plus 8 rows of fp32 logits.
@@ -138,8 +138,18 @@ def test_fp8_keeps_embedding_and_lm_head_in_bf16():
 def test_v0_profiling_peak_is_the_sampler_sort_when_it_exceeds_the_forward():
     # 2048 tokens over 256 dummy sequences of a 128k vocabulary (PyramidKV-like): v0's profiling
     # pass samples every sequence with top_k = vocab - 1, so the sort of 256 x 128256 logits at
-    # 38 B each (1.16 GiB) is the peak, not the 2048-token forward; it is never divided by TP.
+    # 32 B each (0.98 GiB) is the peak, not the 2048-token forward; it is never divided by TP.
     prof = tiny_profile(active_params=10**9, vocab_size=128256)
     for count in (1, 4):
         cm = CostModel(prof, tiny_gpu(count=count), tiny_engine(max_model_len=2048, max_num_seqs=256))
         assert cm.activation_peak_bytes() == 256 * 128256 * costmod.SAMPLER_BYTES_PER_LOGIT
+
+
+def test_fp8_profiling_peak_adds_the_quantized_mlp_input():
+    # FP8 linears quantize their input (w8a8_utils.apply_fp8_linear): at the down projection one
+    # byte per intermediate element more is live than for bf16 weights; a bf16 model of the same
+    # shape is the control.
+    eng = tiny_engine(max_model_len=4096, max_num_seqs=8)
+    bf16 = CostModel(tiny_profile(active_params=10**9), tiny_gpu(), eng).activation_peak_bytes()
+    fp8 = CostModel(tiny_profile(active_params=10**9, weight_dtype_bytes=1), tiny_gpu(), eng)
+    assert fp8.activation_peak_bytes() - bf16 == 4096 * 4096 * costmod.FP8_QUANT_INPUT_BYTES

@@ -35,7 +35,8 @@ KV capacity (vLLM's start-up profiling, per cell)::
 The activation peak is that of vLLM's profiling forward pass of ``P`` tokens (P = the scheduler
 token budget, see :func:`profile_tokens`), the largest live set of one decoder layer:
 ``P · (3 · intermediate / TP + 4 · hidden) · 2 bytes`` (MoE: ``top_k`` copies of the expert
-intermediate), plus, for VLMs, the vision encoder's dummy pass over ``max_num_seqs`` images of
+intermediate; FP8 weights add the down projection's dynamically quantized input, ``P ·
+intermediate / TP`` bytes, see :data:`FP8_QUANT_INPUT_BYTES`), plus, for VLMs, the vision encoder's dummy pass over ``max_num_seqs`` images of
 ``max_tiles`` tiles (``VISION_ACT_FACTOR`` × embedding bytes per image token); then the sampler
 over ``R = min(max_num_seqs, P)`` rows (one per dummy sequence: logits are computed for each
 sequence's last token only):
@@ -43,8 +44,9 @@ sequence's last token only):
 - **v0** (vLLM 0.6.x ``ModelRunner.profile_run``, read in the source): the dummy requests sample
   with ``top_k = vocab − 1, top_p = 0.99`` "to reflect the accurate memory usage", which runs
   ``_apply_top_k_top_p``: a full-vocabulary sort (fp32 values + int64 indices), softmax, cumsum,
-  two masks, the int64 inverse permutation and the gathered result, ``SAMPLER_BYTES_PER_LOGIT``
-  bytes per logit in all. The sampler runs after the forward has released its activations, so the
+  two masks and the scattered result, beside the bf16 logits and their fp32 copy,
+  ``SAMPLER_BYTES_PER_LOGIT`` bytes per logit in all (the fork's version scatters through the
+  sort indices; it has no inverse permutation). The sampler runs after the forward has released its activations, so the
   peak is ``max(forward, sampler)``. Logits are gathered to TP rank 0 (``tensor_model_parallel_
   gather``) and the block count is the minimum over ranks, so the sampler term is not divided by
   TP.
@@ -183,10 +185,20 @@ NON_TORCH_BYTES = GiB // 5
 NCCL_BYTES = GiB // 2             # NCCL + custom all-reduce buffers per GPU when TP > 1
 ACT_BYTES = 2                     # activations are bf16 even for fp8-weight models
 VISION_ACT_FACTOR = 3             # live bytes per image token in the encoder pass / embedding bytes
-# Live bytes per logit at the peak of v0.6's ``_apply_top_k_top_p`` (profiling pass): input logits
-# (fp32 4) + sorted values (4) + sort indices (int64 8) + top-k mask (bool 1) + softmax (4) +
-# cumsum (4) + top-p mask (1) + inverse permutation (int64 8) + gathered logits (4).
-SAMPLER_BYTES_PER_LOGIT = 38
+# Live bytes per logit at the peak of the v0 forks' ``_apply_top_k_top_p`` (profiling pass;
+# Jenga-SOSP25-AE vllm-v0-baseline / vllm-v0-jenga, vllm/model_executor/layers/sampler.py): the
+# LM head's bf16 logits (2, still held by the model runner) + their fp32 copy (``logits.to(
+# torch.float)`` in ``Sampler.forward``, 4) + sorted values (4) + sort indices (int64 8) + top-k
+# mask (bool 1) + softmax (4) + cumsum (4) + top-p mask (bool 1) + the result scattered back
+# through the sort indices (``torch.empty_like(logits_sort).scatter_``, 4). That fork has no
+# inverse permutation (older vLLM gathered through one, 8 more bytes).
+SAMPLER_BYTES_PER_LOGIT = 32
+# FP8 linear layers quantize their input on the fly before the GEMM (``apply_fp8_linear`` in
+# vllm/model_executor/layers/quantization/utils/w8a8_utils.py of both v0 forks and of vLLM V1:
+# ``qinput, x_scale = ops.scaled_fp8_quant(input, ...)`` then ``cutlass_scaled_mm``). At the MLP's
+# peak (down projection) that is one more byte per intermediate element live beside its bf16 input
+# and the still-referenced gate_up output (``LlamaMLP.forward`` keeps ``gate_up`` until it returns).
+FP8_QUANT_INPUT_BYTES = 1
 
 
 def _get(cfg, key: str, default=None):
@@ -486,6 +498,8 @@ class CostModel:
         tokens = profile_tokens(self.engine, max_len)
         inter = p.intermediate_size * (max(1, p.experts_per_token) if self._moe else 1)
         layer = tokens * (3 * inter / self.tp + 4 * p.hidden_size) * ACT_BYTES
+        if p.weight_dtype_bytes <= 1:
+            layer += tokens * inter / self.tp * FP8_QUANT_INPUT_BYTES
         vision = 0.0
         if p.vision is not None:
             per_image = p.vision.max_tiles * p.vision.tokens_per_tile
