@@ -87,9 +87,15 @@ def _wrap(lines: Iterable[str], width: int = 160) -> str:
 
 def speedup_bars(summary: pd.DataFrame, path: str | Path, title: str, show_paper: bool = True,
                  notes: Iterable[str] = ()) -> Path:
+    """:func:`draw_speedup_bars`, saved as PNG + PDF."""
+    return save(draw_speedup_bars(summary, title, show_paper, notes), path)
+
+
+def draw_speedup_bars(summary: pd.DataFrame, title: str, show_paper: bool = True,
+                      notes: Iterable[str] = ()) -> plt.Figure:
     """Grouped bars: per model, each system's throughput normalised to that model's baseline, ours
     (solid, 95 % CI) beside the paper's (hatched; hollow dashed when UNVERIFIED; none on a
-    baseline row, which is 1 by definition). Writes PNG + PDF."""
+    baseline row, which is 1 by definition)."""
     from matplotlib.patches import Patch
 
     models = list(dict.fromkeys(summary["model"]))
@@ -175,4 +181,4 @@ def speedup_bars(summary: pd.DataFrame, path: str | Path, title: str, show_paper
         fig.text(0.01, -0.01, _wrap(["bars: mean over seeds; error bars: 95 % CI, paired by seed (Student t)."]
                                     + footnotes), fontsize=6, va="top", ha="left", color="#333333")
         fig.tight_layout()
-        return save(fig, path)
+        return fig
