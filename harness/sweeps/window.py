@@ -30,11 +30,18 @@ def summarize(p: SweepPlan, records: list[dict]) -> pd.DataFrame:
 
 
 def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
+    """:func:`draw` saved as ``<out>/window_sweep[_suffix].png`` and ``.pdf``."""
+    from harness.plots import save
+
+    return save(draw(summary, p), out / f"{p.name}{common.suffix(p)}.png")
+
+
+def draw(summary: pd.DataFrame, p: SweepPlan) -> plt.Figure:
     """Two rows of panels, one column per model: Jenga's speedup over vLLM (95 % CI) and both
     systems' KV waste against the request length, one line per sliding window. The window and the
     length are separate axes (a 4096/512 and a 32768/4096 cell share a ratio, not a point); a
     marker sits where the request length equals the window."""
-    from harness.plots import FONT, paper_name, save
+    from harness.plots import FONT, paper_name
 
     models = list(dict.fromkeys(summary["model"]))
     windows = sorted(set(summary["window"]))
@@ -77,7 +84,7 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
                      "no published values", y=1.08)
         common.footer(fig, p)
         fig.tight_layout(rect=(0, 0.03, 1, 1))
-        return save(fig, out / f"{p.name}{common.suffix(p)}.png")
+        return fig
 
 
 def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
