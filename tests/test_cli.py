@@ -27,7 +27,8 @@ TINY = ["mode=smoke", "dataset.num_requests=2", "dataset.output_len=4"]
 
 
 def _py(args: list[str], cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout,
+                          check=False)
 
 
 # -- 1. harness.run is a Hydra app -------------------------------------------------------------------
@@ -186,7 +187,7 @@ def test_ctrl_c_stops_a_running_sweep(tmp_path):
     time.sleep(6)                       # the loky pool is up and both workers sleep
     t0 = time.monotonic()
     os.killpg(p.pid, signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and time.monotonic() - t0 < 30
     assert "interrupted" in err and "Traceback" not in err
     for _ in range(30):                  # the killed workers are reaped within seconds, none keeps sleeping
