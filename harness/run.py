@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness import config
 
+    saved = sys.argv
     if argv is not None:
         sys.argv = [sys.argv[0] if sys.argv else "harness.run", *argv]
     # compose_cell (the drivers' path) may have initialised Hydra in this process; the app
@@ -170,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         app()
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved
     return 0
 
 

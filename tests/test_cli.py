@@ -45,11 +45,16 @@ def test_run_multirun_cfg_help_and_sweeper_params(tmp_path):
              f"out_dir={out}"], tmp_path)
     assert r.returncode == 0 and r.stdout.count("throughput") == 2, r.stderr[-2000:]
     assert "[reused]" in r.stdout            # seed 0 was run above
-    r = _py(["-m", "harness.run", "--cfg", "job", "model=gemma3_12b"], tmp_path)
-    assert r.returncode == 0 and "name: gemma3_12b" in r.stdout and "throughput" not in r.stdout
-    r = _py(["-m", "harness.run", "--help"], tmp_path)
-    assert r.returncode == 0 and "Configuration groups" in r.stdout
-    assert "system: hybrid_groups, jenga" in r.stdout and "model: character_1b_fp8" in r.stdout
+
+
+def test_run_cfg_job_and_help(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert run.main(["--cfg", "job", "model=gemma3_12b"]) == 0
+    out = capsys.readouterr().out
+    assert "name: gemma3_12b" in out and "throughput" not in out
+    assert run.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Configuration groups" in out and "system: hybrid_groups, jenga" in out and "model: character_1b_fp8" in out
 
 
 def test_run_cli_refuses_out_of_range_value_and_writes_nothing(tmp_path):
