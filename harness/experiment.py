@@ -22,6 +22,7 @@ cell runs on; others skip it) and ``per_gpu`` (``{gpu: {override: value}}`` extr
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,11 +112,22 @@ def _run_one(overrides: list[str], force: bool) -> dict[str, Any]:
 def execute(p: Plan, jobs: int, force: bool = False, progress: bool = True) -> list[dict[str, Any]]:
     """Run every cell, one process per cell (``jobs`` at a time), with a progress bar; records come
     back in plan order."""
-    def note(bar, rec: dict[str, Any]) -> None:
-        if rec.get("status") != "ok":
-            bar.write(f"cell failed: {rec.get('model')}/{rec.get('system')} seed {rec.get('seed')}: {rec.get('error')}")
+    seen: dict[str, int] = {}
 
-    return cli.run_tasks(_run_one, [(r.overrides, force) for r in p.runs], jobs, f"{p.name} cells", progress, note)
+    def note(bar, rec: dict[str, Any]) -> None:
+        # Each distinct error is printed once, when it first happens; repeats are counted.
+        if rec.get("status") != "ok":
+            err = str(rec.get("error"))
+            if err not in seen:
+                bar.write(f"cell failed: {rec.get('model')}/{rec.get('system')} seed {rec.get('seed')}: {err}",
+                          file=sys.stderr)
+            seen[err] = seen.get(err, 0) + 1
+
+    records = cli.run_tasks(_run_one, [(r.overrides, force) for r in p.runs], jobs, f"{p.name} cells", progress, note)
+    for err, n in seen.items():
+        if n > 1:
+            print(f"{n} cells failed with: {err}", file=sys.stderr)
+    return records
 
 
 def suffix(p: Plan, default_gpu: str) -> str:

@@ -225,3 +225,16 @@ def test_untrusted_records_are_recomputed(tmp_path, damage):
     assert again["status"] == "ok" and "reused" not in again
     assert again["throughput_req_s"] == first["throughput_req_s"]
     assert (d / "trace.csv").exists() and finished_record(d) is not None
+
+
+def test_a_runtime_failure_shared_by_every_cell_is_printed_once(tmp_path, capsys):
+    f = _exp(tmp_path, TINY_EXP)
+    rc = experiment.main([str(f), "mode=smoke", "engine.num_speculative_tokens=3", f"out_dir={tmp_path / 'runs'}",
+                          "--out", str(tmp_path / "out"), "--jobs", "1", "--no-progress"])
+    assert rc == 1                                          # nothing ran: an error exit
+    err = capsys.readouterr().err
+    assert err.count("cell failed:") == 1 and "4 cells failed with:" in err
+    import pandas as pd
+
+    s = pd.read_csv(tmp_path / "out" / "summary_smoke.csv")
+    assert len(s) == 2 and list(s.failed) == [2, 2]        # one row per cell, failures aggregated
