@@ -161,7 +161,7 @@ def draw_speedup_bars(summary: pd.DataFrame, title: str, show_paper: bool = True
             centers.append((start + pos - 0.04 - bar_w) / 2)
             pos += gap
         for (name, err), systems in failures.items():
-            footnotes.append(f"× {name}, {' and '.join(systems)} (ours): failed: {err}")
+            footnotes.append(f"× {name}, {', '.join(systems)} (ours): failed: {err}")
         if True in paper_kinds:
             handles["paper (published)"] = Patch(facecolor="#bbbbbb", hatch="////", edgecolor="black", linewidth=0.4)
         if False in paper_kinds:

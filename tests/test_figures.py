@@ -51,7 +51,7 @@ def test_speedup_bars_paper_conventions(tmp_path):
     assert top < 4.92 and "4.92" in _texts(fig)               # the outlier is clipped, its value written
     text = _texts(fig)
     assert "Jamba-1.5 Mini FP8: no vLLM bar" in text           # footnote: Jamba's baseline
-    assert "character.ai 70B* FP8, vLLM (PagedAttention) and Jenga (ours): failed" in text
+    assert "character.ai 70B* FP8, vLLM (PagedAttention), Jenga (ours): failed" in text
     leg = ax.get_legend()
     fig.canvas.draw()
     lb, axb = leg.get_window_extent(), ax.get_window_extent()
