@@ -78,83 +78,160 @@ def paper_table(figure: str, gpu: str) -> pd.DataFrame:
     return df[cols].reset_index(drop=True)
 
 
+# The columns of a summary row, in order (what a row says). Adding a column: compute it in
+# ``summarize`` (or ``_paper_columns``) and name it here.
+CELL_COLS = ["model", "dataset", "gpu", "tp", "system", "backend", "baseline"]
+SUMMARY_COLS = CELL_COLS + [
+    "status", "seeds", "failed", "error", "num_requests",
+    "throughput_req_s", "throughput_req_s_ci_lo", "throughput_req_s_ci_hi",
+    "speedup", "speedup_ci_lo", "speedup_ci_hi",
+    "paper_model", "paper_speedup", "paper_throughput", "ours_over_paper_req_s", "paper_source",
+    "paper_verified",
+    "waste_fraction", "waste_unneeded", "waste_fragmentation", "prefix_hit_rate", "mean_decode_batch",
+    "preemptions", "kv_capacity_gib", "ttft_mean", "tpot_mean", "makespan_s",
+    "simulated", "git_rev", "dirty", "code_fingerprint",
+]
+# Seed-averaged metrics (mean over the ok seeds of a cell).
+SEED_MEANS = ("waste_fraction", "waste_unneeded", "waste_fragmentation", "prefix_hit_rate", "mean_decode_batch",
+              "preemptions", "kv_capacity_gib", "ttft_mean", "tpot_mean", "makespan_s")
+
+
 def oom_error(record: dict) -> str:
     n = int(record.get("num_ignored") or 0)
     return f"OOM: {n} of {n + int(record.get('num_requests') or 0)} requests never fit the KV pool"
 
 
-def summarize(records: list[dict], figure: str, baselines: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per (model, gpu, system, backend): seed-mean throughput with CI, speedup vs the
-    model's baseline system (``baselines[model]``, default ``vllm``), waste, hit rate, decode
-    batch, preemptions, KV capacity, and the paper's value beside it."""
-    baselines = baselines or {}
-    # A finished cell whose pool could never admit some request (vLLM v0 ignores it: "exceeds the
-    # capacity of block_manager") did not serve the workload: in a figure that is the paper's OOM
-    # bar, an outcome, not a failure (the record itself stays "ok"; sweeps read num_ignored).
-    ok = [r for r in records if r.get("status") == "ok" and not r.get("num_ignored")]
-    failed = [dict(r, status="oom", error=oom_error(r)) if r.get("status") == "ok" else r
-              for r in records if r.get("status") != "ok" or r.get("num_ignored")]
-    cols = ["model", "dataset", "gpu", "system", "backend"]
+def _seed_status(record: dict) -> str:
+    """ok | oom | failed. A finished cell whose pool could never admit some request (vLLM v0
+    ignores it: "exceeds the capacity of block_manager") did not serve the workload: in a figure
+    that is the paper's OOM bar, an outcome, not a failure (the record itself stays "ok"; sweeps
+    read num_ignored)."""
+    if record.get("status") != "ok":
+        return "failed"
+    return "oom" if record.get("num_ignored") else "ok"
+
+
+def seed_rows(records: list[dict]) -> pd.DataFrame:
+    """One row per record (ok or failed): the cell keys, ``tp`` (GPUs of tensor parallelism),
+    ``num_requests`` (the requests the cell asked for), status/error, the metrics, provenance."""
     rows = []
-    df = pd.DataFrame(ok) if ok else pd.DataFrame(columns=cols + ["seed", "throughput_req_s"])
-    for key, g in df.groupby(cols, sort=False):
-        tp, lo, hi = mean_ci(g["throughput_req_s"])
-        rows.append(dict(zip(cols, key), throughput_req_s=tp, throughput_ci_lo=lo, throughput_ci_hi=hi,
-                         seeds=len(g), waste_fraction=g["waste_fraction"].mean(),
-                         waste_unneeded=np.mean([w["unneeded"] for w in g["waste_breakdown"]]),
-                         waste_fragmentation=np.mean([w["fragmentation"] for w in g["waste_breakdown"]]),
-                         hit_rate=g["prefix_hit_rate"].mean(), mean_decode_batch=g["mean_decode_batch"].mean(),
-                         preemptions=g["preemptions"].mean(), kv_capacity_gib=g["kv_capacity_bytes"].mean() / 2**30,
-                         ttft_mean=g["ttft_mean"].mean(), tpot_mean=g["tpot_mean"].mean(),
-                         makespan_s=g["makespan_s"].mean(), simulated=bool(g["simulated"].all()),
-                         status="ok", error=""))
-    done = {tuple(r[c] for c in cols) for r in rows}
-    for r in failed:
-        # "oom" (some request never fit the KV pool: the paper's OOM bars) stays an outcome; one
-        # row per cell, not per seed.
-        key = tuple(r.get(c) for c in cols)
-        if r.get("status") == "oom" and key in done:
-            continue
-        done.add(key)
-        status = "oom" if r.get("status") == "oom" else "failed"
-        rows.append({**{c: r.get(c) for c in cols}, "status": status, "error": r.get("error", "")})
-    out = pd.DataFrame(rows)
-    if out.empty:
-        return out
-    out["baseline"] = out["model"].map(lambda m: baselines.get(m, "vllm"))
-    base = {(r.model, r.dataset, r.gpu, r.backend): r.throughput_req_s for r in out.itertuples()
-            if r.status == "ok" and r.system == r.baseline}
-    out["speedup"] = [r.throughput_req_s / base[(r.model, r.dataset, r.gpu, r.backend)]
-                      if r.status == "ok" and (r.model, r.dataset, r.gpu, r.backend) in base else np.nan
-                      for r in out.itertuples()]
-    out["paper_model"] = out["model"].map(paper_model)
-    paper = pd.concat([paper_table(figure, g) .assign(gpu=g) for g in out["gpu"].dropna().unique()],
+    for r in records:
+        prov = r.get("provenance") if isinstance(r.get("provenance"), dict) else {}
+        conf = prov.get("config") if isinstance(prov.get("config"), dict) else {}
+        wb = r.get("waste_breakdown") if isinstance(r.get("waste_breakdown"), dict) else {}
+        cap = r.get("kv_capacity_bytes")
+        rows.append({
+            "model": r.get("model"), "dataset": r.get("dataset"), "gpu": r.get("gpu"),
+            "tp": (conf.get("gpu") or {}).get("count"), "system": r.get("system"), "backend": r.get("backend"),
+            "seed": r.get("seed"), "status": _seed_status(r),
+            "error": oom_error(r) if _seed_status(r) == "oom" else r.get("error") or "",
+            "num_requests": (conf.get("dataset") or {}).get("num_requests", r.get("num_requests")),
+            "throughput_req_s": r.get("throughput_req_s"), "waste_fraction": r.get("waste_fraction"),
+            "waste_unneeded": wb.get("unneeded"), "waste_fragmentation": wb.get("fragmentation"),
+            "prefix_hit_rate": r.get("prefix_hit_rate"), "mean_decode_batch": r.get("mean_decode_batch"),
+            "preemptions": r.get("preemptions"), "kv_capacity_gib": cap / 2**30 if cap is not None else None,
+            "ttft_mean": r.get("ttft_mean"), "tpot_mean": r.get("tpot_mean"), "makespan_s": r.get("makespan_s"),
+            "simulated": r.get("simulated"), "git_rev": prov.get("git_rev"), "dirty": prov.get("dirty"),
+            "code_fingerprint": prov.get("code_fingerprint"),
+        })
+    return pd.DataFrame(rows)
+
+
+def paired_speedups(df: pd.DataFrame, keys: list[str], baseline_col: str = "baseline") -> pd.Series:
+    """Per-seed speedups: each ok row's throughput over the same seed's baseline throughput at the
+    same ``keys`` (same workload draw). NaN where that baseline seed failed or is missing."""
+    ok = df[df["status"] == "ok"]
+    base = {tuple(r[k] for k in keys) + (r["seed"],): r["throughput_req_s"]
+            for _, r in ok.iterrows() if r["system"] == r[baseline_col]}
+    out = []
+    for _, r in df.iterrows():
+        b = base.get(tuple(r[k] for k in keys) + (r["seed"],))
+        ok_row = r["status"] == "ok" and b is not None and b > 0 and r["throughput_req_s"] is not None
+        out.append(float(r["throughput_req_s"]) / float(b) if ok_row else np.nan)
+    return pd.Series(out, index=df.index, dtype=float)
+
+
+def aggregate_seeds(df: pd.DataFrame, keys: list[str], ci_metrics: Iterable[str],
+                    mean_metrics: Iterable[str] = ()) -> pd.DataFrame:
+    """One row per ``keys`` group, failed seeds included: ``seeds`` (ok), ``failed``, ``status``
+    (ok / partial / failed), the first ``error``; each ``ci_metric`` as its seed mean with a 95 %
+    Student-t interval (``<m>_ci_lo``/``_ci_hi``, NaN with one seed); each ``mean_metric`` as its
+    seed mean; the first value of every other column."""
+    out = []
+    ci_metrics, mean_metrics = list(ci_metrics), list(mean_metrics)
+    for key, g in df.groupby(keys, sort=False, dropna=False):
+        ok = g[g["status"] == "ok"]
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        n_ok, n_bad = len(ok), len(g) - len(ok)
+        errors = [e for e in g.loc[g["status"] != "ok", "error"] if e] if "error" in g else []
+        n_oom = int((g["status"] == "oom").sum())
+        status = ("ok" if n_bad == 0 else "oom" if n_oom == n_bad and n_ok == 0
+                  else "failed" if n_ok == 0 else "partial")
+        row.update(seeds=n_ok, failed=n_bad - n_oom, error=errors[0] if errors else "", status=status)
+        for m in ci_metrics:
+            vals = pd.to_numeric(ok[m], errors="coerce") if m in ok else pd.Series(dtype=float)
+            row[m], row[f"{m}_ci_lo"], row[f"{m}_ci_hi"] = mean_ci(vals)
+        for m in mean_metrics:
+            vals = pd.to_numeric(ok[m], errors="coerce").dropna() if m in ok else pd.Series(dtype=float)
+            row[m] = float(vals.mean()) if len(vals) else np.nan
+        src = ok if n_ok else g
+        for c in g.columns:
+            if c not in row and c not in ("seed",):
+                row[c] = next(iter(src[c]), None)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _paper_columns(out: pd.DataFrame, figure: str) -> pd.DataFrame:
+    """The paper's bar beside ours: ``paper_speedup`` on the same baseline as ours (Jamba: the
+    static partition), 1.0 on every baseline row of a model the paper has a bar for."""
+    paper = pd.concat([paper_table(figure, g).assign(gpu=g) for g in out["gpu"].dropna().unique()],
                       ignore_index=True) if len(out) else pd.DataFrame()
-    if not paper.empty:
-        # The paper's speedup for a baseline row compares with its own "vllm" bar; for a model whose
-        # baseline is another system (Jamba: static partition), rebase the paper's speedups on it.
-        out = out.merge(paper, on=["paper_model", "gpu", "system"], how="left")
-        ps = []
-        for r in out.itertuples():
-            b = paper[(paper.paper_model == r.paper_model) & (paper.gpu == r.gpu) & (paper.system == r.baseline)]
-            if r.baseline != "vllm" and len(b) and not math.isnan(b.paper_throughput.iloc[0]):
-                ps.append(r.paper_throughput / b.paper_throughput.iloc[0])
-            else:
-                ps.append(r.paper_speedup)
-        out["paper_speedup"] = ps
-    else:
+    if paper.empty:
         for c in ("paper_throughput", "paper_speedup", "paper_source", "paper_verified"):
             out[c] = np.nan
+        return out
+    out = out.merge(paper, on=["paper_model", "gpu", "system"], how="left")
+    has_bar = set(zip(paper.paper_model, paper.gpu))
+    ps = []
+    for r in out.itertuples():
+        b = paper[(paper.paper_model == r.paper_model) & (paper.gpu == r.gpu) & (paper.system == r.baseline)]
+        if r.system == r.baseline:
+            ps.append(1.0 if (r.paper_model, r.gpu) in has_bar else np.nan)
+        elif r.baseline != "vllm" and len(b) and not math.isnan(b.paper_throughput.iloc[0]):
+            ps.append(r.paper_throughput / b.paper_throughput.iloc[0])
+        else:
+            ps.append(r.paper_speedup)
+    out["paper_speedup"] = ps
     # Absolute req/s against the paper's (issue 9 §0): a right ratio from absolute times that are
     # 3x off is right for the wrong reason.
     out["ours_over_paper_req_s"] = out["throughput_req_s"] / out["paper_throughput"]
     return out
 
 
+def summarize(records: list[dict], figure: str, baselines: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per cell (model, dataset, gpu, tp, system, backend), failed seeds aggregated too:
+    seed-mean throughput and speedup over the model's baseline system (``baselines[model]``,
+    default ``vllm``), each with a 95 % t-interval, the speedup paired by seed (the mean of the
+    per-seed ratios); waste, prefix hit rate, decode batch, preemptions, KV capacity, latency;
+    the paper's value beside it; provenance (``git_rev``). Columns: :data:`SUMMARY_COLS`."""
+    baselines = baselines or {}
+    df = seed_rows(records)
+    if df.empty:
+        return df
+    df["baseline"] = df["model"].map(lambda m: baselines.get(m, "vllm"))
+    keys = ["model", "dataset", "gpu", "tp", "backend"]
+    df["speedup"] = paired_speedups(df, keys)
+    out = aggregate_seeds(df, CELL_COLS, ["throughput_req_s", "speedup"], SEED_MEANS)
+    out["paper_model"] = out["model"].map(lambda m: paper_model(m) if isinstance(m, str) else None)
+    out = _paper_columns(out, figure)
+    return out[[c for c in SUMMARY_COLS if c in out] + [c for c in out if c not in SUMMARY_COLS]]
+
+
 def means(summary: pd.DataFrame, system: str = "jenga") -> dict[str, float]:
     """Geometric and arithmetic means of ``system``'s speedups, ours and the paper's (over the
     models where each exists), and the count of models within ±10 % of the paper."""
-    s = summary[(summary["system"] == system) & (summary["status"] == "ok")]
+    s = summary[(summary["system"] == system) & summary["speedup"].notna()]
     paired = s.dropna(subset=["speedup", "paper_speedup"])
     within = ((paired["speedup"] / paired["paper_speedup"] - 1).abs() <= 0.10).sum()
     return {"ours_geo": geo_mean(s["speedup"]), "ours_arith": arith_mean(s["speedup"]),

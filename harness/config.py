@@ -305,9 +305,88 @@ def compose_cell(overrides: list[str] | tuple[str, ...] = (), conf_dir: str | Pa
     choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items() if k in GROUPS}
     with _open(cfg):
         del cfg["hydra"]
+    check_cell(cfg, choices)
+    return cfg
+
+
+def check_cell(cfg: DictConfig, choices: dict[str, str] | None = None) -> None:
+    """Every check of a composed cell, once, before any work: mandatory values, enumerated names
+    and value ranges (:func:`validate`). Raises :class:`ConfigError` naming the key."""
+    choices = choices or {}
     _missing(cfg, choices)
     _check_values(cfg, choices)
-    return cfg
+    validate(cfg)
+
+
+# ------------------------------------------------------------------------------------ value ranges
+# (key, lowest allowed, lowest inclusive?, highest allowed, why). ``None`` values are skipped (null
+# means "the default"); a dataclass cannot state a range, and OmegaConf does not call
+# ``__post_init__`` on overrides, so the ranges live here and :func:`check_cell` applies them once.
+_POS = (1, True, None)          # an integer count or length: at least 1
+RANGES: tuple[tuple[str, float, bool, float | None], ...] = (
+    ("seed", 0, True, None),
+    ("dataset.num_requests", *_POS), ("dataset.output_len", *_POS), ("dataset.max_len", *_POS),
+    ("dataset.articles_per_group", *_POS), ("dataset.questions_per_article", *_POS),
+    ("dataset.input_len_min", *_POS), ("dataset.input_len_max", *_POS),
+    ("dataset.output_len_min", *_POS), ("dataset.output_len_max", *_POS),
+    ("dataset.image_tokens", 0, True, None), ("dataset.image_prob", 0, True, 1.0),
+    ("gpu.count", *_POS), ("gpu.memory_bytes", 0, False, None),
+    ("gpu.peak_bf16_flops", 0, False, None), ("gpu.peak_fp8_flops", 0, False, None),
+    ("gpu.hbm_bytes_per_s", 0, False, None), ("gpu.interconnect_bytes_per_s", 0, False, None),
+    ("gpu.mfu", 0, False, 1.0), ("gpu.mbu", 0, False, 1.0),
+    ("mode.max_requests", *_POS), ("mode.length_scale", 0, False, None), ("mode.max_output_len", *_POS),
+    ("engine.max_num_seqs", *_POS), ("engine.max_num_batched_tokens", *_POS),
+    ("engine.gpu_memory_utilization", 0, False, 1.0), ("engine.max_model_len", *_POS),
+    ("engine.tokens_per_page", *_POS), ("engine.kv_cache_bytes", 0, False, None),
+    ("engine.request_rate", 0, False, None), ("engine.num_speculative_tokens", 0, True, None),
+    ("engine.spec_acceptance_rate", 0, True, 1.0),
+    ("model.num_layers", *_POS), ("model.hidden_size", *_POS), ("model.num_heads", *_POS),
+    ("model.num_kv_heads", *_POS), ("model.head_dim", *_POS), ("model.vocab_size", *_POS),
+    ("model.max_position_embeddings", *_POS), ("model.sliding_window", *_POS),
+    ("model.attention_chunk_size", *_POS), ("model.kv_share_group_size", *_POS),
+    ("model.mamba.checkpoint_interval", *_POS),
+)
+# Keys where +inf means "unbounded" (all requests at once); everywhere else a value must be finite.
+_INF_OK = ("engine.request_rate",)
+
+
+def _nan_keys(node: Any, prefix: str = "") -> list[str]:
+    """Dotted keys of every NaN or infinite float in a config (lists included)."""
+    import math
+
+    out: list[str] = []
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for k, v in items:
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, float) and (math.isnan(v) or (math.isinf(v) and key not in _INF_OK)):
+            out.append(key)
+        elif isinstance(v, (dict, list)):
+            out.extend(_nan_keys(v, key))
+    return out
+
+
+def validate(cfg: DictConfig) -> None:
+    """Refuse out-of-range values, naming the key: counts and lengths of 0 or below, fractions
+    outside (0, 1] (``engine.gpu_memory_utilization=1.5`` would hand vLLM more memory than the GPU
+    has), a negative seed, and NaN (or infinity) anywhere."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    bad = _nan_keys(plain)
+    if bad:
+        raise ConfigError(f"{bad[0]}={OmegaConf.select(cfg, bad[0])} is not a number; every value must be finite"
+                          + (f" (also: {bad[1:]})" if len(bad) > 1 else ""))
+    for key, lo, lo_incl, hi in RANGES:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is None or isinstance(value, bool):
+            continue
+        below = value < lo if lo_incl else value <= lo
+        if below or (hi is not None and value > hi):
+            lo_txt = f"{'>=' if lo_incl else '>'} {lo:g}"
+            rng = lo_txt if hi is None else f"{lo_txt} and <= {hi:g}"
+            raise ConfigError(f"{key}={value} is out of range: it must be {rng}")
+    d = cfg.dataset
+    for a, b in (("input_len_min", "input_len_max"), ("output_len_min", "output_len_max")):
+        if d[a] is not None and d[b] is not None and d[a] > d[b]:
+            raise ConfigError(f"dataset.{a}={d[a]} is above dataset.{b}={d[b]}")
 
 
 class _open:

@@ -1,13 +1,16 @@
 """Run an experiment file (contract §3): cells × systems × seeds → records → summary → figure.
 
-    python -m harness.experiment experiments/fig13.yaml [mode=smoke] [gpu=l4] [backend=sim]
-                                 [other Hydra overrides] [--jobs N] [--force] [--out DIR]
+    python -m harness.experiment experiments/fig13.yaml [mode=smoke] [gpu=l4] [backend=sim] [seeds=0,1]
+                                 [other Hydra overrides] [--jobs N] [--force] [--out DIR] [--dry-run]
+
+Every cell's config is composed and checked before the first runs (a typo is one error and
+nothing is written; the command line is parsed by :mod:`harness.cli`, shared by every driver).
 
 Each cell runs in its own process (joblib); a tqdm bar counts cells done / total. A failing cell
 becomes a failure row and the sweep goes on; finished records are reused (``--force`` reruns).
 Then it writes ``<out>/summary.csv``, prints the table with the geometric and arithmetic means of
 the speedups (ours and the paper's) and draws ``<out>/<name>.png``. ``<out>`` defaults to
-``results/<name>``; runs that are not the experiment's default (another mode, GPU or backend) get a
+``results/<name>`` (smoke runs: ``results/smoke/<name>``, git-ignored); runs that are not the experiment's default (another mode, GPU or backend) get a
 suffix on the file names (``summary_smoke_l4.csv``) so they never overwrite the reference outputs.
 
 Reserved keys of a cell entry (everything else is a Hydra override): ``systems`` (replaces the
@@ -18,8 +21,7 @@ cell runs on; others skip it) and ``per_gpu`` (``{gpu: {override: value}}`` extr
 
 from __future__ import annotations
 
-import argparse
-import os
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,12 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import OmegaConf
 
-from harness import analysis, plots
+from harness import analysis, cli, plots
 
 RESERVED = ("systems", "baseline", "gpus", "per_gpu", "name")
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -63,22 +63,27 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def plan(exp_path: str | Path, cli_overrides: list[str]) -> Plan:
-    """Expand an experiment file into cell runs (no running)."""
-    exp = OmegaConf.to_container(OmegaConf.load(exp_path), resolve=True)
-    for key in ("name", "cells"):
-        if key not in exp:
-            raise ValueError(f"experiment {exp_path}: missing key {key!r}")
-    cli = dict(o.split("=", 1) for o in cli_overrides if "=" in o)
-    gpu = cli.pop("gpu", exp.get("gpu", "h100"))
+def plan(exp_path: str | Path | dict[str, Any], cli_overrides: list[str]) -> Plan:
+    """Expand an experiment file (a path, or the file already loaded) into cell runs (no running).
+    Bad seeds, an unknown mode or GPU, or a cell without ``model`` raise :class:`cli.UsageError`."""
+    exp = exp_path if isinstance(exp_path, dict) else cli.load_study_file(exp_path, "harness.experiment")
+    where = f"experiment {exp.get('name')}"
+    if not isinstance(exp.get("cells"), list) or not exp["cells"]:
+        raise cli.UsageError(f"{where}: 'cells' must be a non-empty list of cells")
+    special, extra = cli.split_cli(cli_overrides)
+    gpu = special.get("gpu", exp.get("gpu", "h100"))
     # seeds=0,1,2 on the command line replaces the file's seeds (summaries then carry 95 % CIs).
-    seeds = [int(s) for s in cli.pop("seeds").split(",")] if "seeds" in cli else exp.get("seeds", [0])
-    extra = [f"{k}={v}" for k, v in cli.items()]
-    p = Plan(name=exp["name"], gpu=gpu, mode=cli.get("mode", "full"), backend=cli.get("backend", "sim"))
+    seeds = cli.parse_seeds(special["seeds"], "command line") if "seeds" in special else \
+        cli.parse_seeds(exp.get("seeds", [0]), where)
+    mode = special.get("mode", "full")
+    if "mode" in special:
+        extra = [f"mode={mode}", *extra]
+    backend = next((o.split("=", 1)[1] for o in reversed(extra) if o.startswith("backend=")), "sim")
+    p = Plan(name=exp["name"], gpu=gpu, mode=mode, backend=backend)
     for cell in exp["cells"]:
-        model = cell.get("model")
+        model = cell.get("model") if isinstance(cell, dict) else None
         if model is None:
-            raise ValueError(f"experiment {exp_path}: a cell has no 'model' key: {cell}")
+            raise cli.UsageError(f"{where}: a cell has no 'model' key: {cell}")
         if cell.get("gpus") and gpu not in cell["gpus"]:
             p.skipped.append(f"{model} (not run on {gpu})")
             continue
@@ -100,25 +105,28 @@ def _run_one(overrides: list[str], force: bool) -> dict[str, Any]:
         from harness.run import run_overrides
 
         return run_overrides(overrides + (["force=true"] if force else []))
-    except BaseException as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - not BaseException: ctrl-C must stop the sweep
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "overrides": overrides}
 
 
 def execute(p: Plan, jobs: int, force: bool = False, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every cell, one process per cell (``jobs`` at a time), with a progress bar."""
-    from joblib import Parallel, delayed
-    from tqdm import tqdm
+    """Run every cell, one process per cell (``jobs`` at a time), with a progress bar; records come
+    back in plan order."""
+    seen: dict[str, int] = {}
 
-    records: list[dict[str, Any]] = []
-    tasks = (delayed(_run_one)(r.overrides, force) for r in p.runs)
-    par = Parallel(n_jobs=jobs, return_as="generator_unordered", backend="loky")
-    with tqdm(total=len(p.runs), desc=f"{p.name} cells", unit="cell", disable=not progress,
-              file=sys.stderr) as bar:
-        for rec in par(tasks):
-            records.append(rec)
-            bar.update(1)
-            if rec.get("status") != "ok":
-                bar.write(f"cell failed: {rec.get('model')}/{rec.get('system')}: {rec.get('error')}")
+    def note(bar, rec: dict[str, Any]) -> None:
+        # Each distinct error is printed once, when it first happens; repeats are counted.
+        if rec.get("status") != "ok":
+            err = str(rec.get("error"))
+            if err not in seen:
+                bar.write(f"cell failed: {rec.get('model')}/{rec.get('system')} seed {rec.get('seed')}: {err}",
+                          file=sys.stderr)
+            seen[err] = seen.get(err, 0) + 1
+
+    records = cli.run_tasks(_run_one, [(r.overrides, force) for r in p.runs], jobs, f"{p.name} cells", progress, note)
+    for err, n in seen.items():
+        if n > 1:
+            print(f"{n} cells failed with: {err}", file=sys.stderr)
     return records
 
 
@@ -128,15 +136,21 @@ def suffix(p: Plan, default_gpu: str) -> str:
 
 
 def format_table(summary: pd.DataFrame) -> str:
-    cols = ["model", "system", "throughput_req_s", "speedup", "paper_speedup", "waste_fraction", "hit_rate",
-            "mean_decode_batch", "preemptions", "kv_capacity_gib", "status"]
+    cols = ["model", "tp", "system", "seeds", "failed", "throughput_req_s", "speedup", "speedup_ci_lo", "speedup_ci_hi",
+            "paper_speedup", "waste_fraction", "prefix_hit_rate", "mean_decode_batch", "preemptions", "kv_capacity_gib",
+            "status"]
     df = summary[[c for c in cols if c in summary]].copy()
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 200):
+    with pd.option_context("display.width", 220, "display.max_columns", 20, "display.max_rows", 200):
         return df.to_string(index=False, float_format=lambda v: f"{v:.3f}")
 
 
+def _x(v: float) -> str:
+    return f"{v:.2f}×" if math.isfinite(v) else "n/a"
+
+
 def report(p: Plan, records: list[dict[str, Any]], out_dir: Path, default_gpu: str) -> pd.DataFrame:
-    """Write summary.csv and the figure; print the table and the means."""
+    """Write summary.csv and the figure (PNG + PDF); print the table and the means. Smoke runs are
+    too small to compare with the paper: they print and draw no comparison."""
     figure = p.name
     summary = analysis.summarize(records, figure, p.baselines)
     if not summary.empty:
@@ -145,46 +159,54 @@ def report(p: Plan, records: list[dict[str, Any]], out_dir: Path, default_gpu: s
         sys_rank = {s: i for i, s in enumerate(plots.SYSTEM_ORDER)}
         summary = summary.assign(_m=summary["model"].map(model_rank), _s=summary["system"].map(sys_rank))
         summary = summary.sort_values(["_m", "_s"], kind="stable").drop(columns=["_m", "_s"]).reset_index(drop=True)
+    smoke = p.mode == "smoke"
     sfx = suffix(p, default_gpu)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not summary.empty:
         summary.to_csv(out_dir / f"summary{sfx}.csv", index=False)
     print(format_table(summary) if not summary.empty else "(no cells)")
-    if not summary.empty and "speedup" in summary:
+    if not summary.empty and summary["speedup"].notna().any():
         m = analysis.means(summary)
         print(f"\nJenga speedup over {m['n_models']} models that ran ({p.gpu}, {p.backend}"
-              f"{', simulated' if p.backend == 'sim' else ''}): geometric mean {m['ours_geo']:.3f}, "
+              f"{', simulated' if p.backend == 'sim' else ''}, mode={p.mode}): geometric mean {m['ours_geo']:.3f}, "
               f"arithmetic mean {m['ours_arith']:.3f}")
-        print(f"Paper's (published bars, {m['n_paired']} models): geometric mean {m['paper_geo']:.3f}, "
-              f"arithmetic mean {m['paper_arith']:.3f}; ours within ±10% of the paper: "
-              f"{m['within_10pct']}/{m['n_paired']}; Spearman rank agreement "
-              f"{analysis.rank_agreement(summary):.2f}")
         sim = " (simulated)" if p.backend == "sim" else ""
-        title = f"{p.name}: end-to-end request throughput on {p.gpu.upper()}{sim}, mode={p.mode}\n" \
-                f"ours: geo-mean {m['ours_geo']:.2f}× / arith {m['ours_arith']:.2f}×; " \
-                f"paper: geo-mean {m['paper_geo']:.2f}× / arith {m['paper_arith']:.2f}×"
-        plots.speedup_bars(summary, out_dir / f"{p.name}{sfx}.png", title)
+        title = f"{p.name}: request throughput on {p.gpu.upper()}{sim}, mode={p.mode}; " \
+                f"Jenga geo-mean {_x(m['ours_geo'])}"
+        if smoke:
+            print("smoke mode: tiny cells, not comparable with the paper's bars (no comparison printed or drawn)")
+            title += " (smoke: not comparable with the paper)"
+        else:
+            print(f"Paper's (published bars, {m['n_paired']} models): geometric mean {m['paper_geo']:.3f}, "
+                  f"arithmetic mean {m['paper_arith']:.3f}; ours within ±10% of the paper: "
+                  f"{m['within_10pct']}/{m['n_paired']}; Spearman rank agreement "
+                  f"{analysis.rank_agreement(summary):.2f}")
+            title += f" (paper {_x(m['paper_geo'])})"
+        plots.speedup_bars(summary, out_dir / f"{p.name}{sfx}.png", title, show_paper=not smoke,
+                           notes=plots.plan_notes(p.baselines, p.skipped))
     if p.skipped:
         print("skipped: " + "; ".join(p.skipped))
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("experiment")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides (mode=smoke gpu=l4 backend=sim ...)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--force", action="store_true", help="rerun cells even if a record exists")
-    ap.add_argument("--out", default=None, help="summary/figure directory (default results/<name>)")
-    ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(argv)
-    p = plan(args.experiment, args.overrides)
-    default_gpu = OmegaConf.load(args.experiment).get("gpu", "h100")
+    return cli.guard(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    args = cli.parse(cli.parser(__doc__, "python -m harness.experiment"), argv)
+    exp = cli.load_study_file(args.experiment, "harness.experiment")
+    p = plan(exp, args.overrides)
+    # Every cell's config is composed and checked before the first one runs (one error, no output).
+    cfgs = cli.check_cells([(f"{r.model}/{r.system}/seed{r.seed}", r.overrides) for r in p.runs])
+    if args.dry_run:
+        return cli.print_dry_run([f"{r.model}/{r.system}/seed{r.seed}" for r in p.runs], cfgs, args.force)
+    default_gpu = exp.get("gpu", "h100")
     t0 = time.perf_counter()
     records = execute(p, args.jobs, args.force, progress=not args.no_progress)
     wall = time.perf_counter() - t0
-    out = Path(args.out) if args.out else REPO_ROOT / "results" / p.name
-    summary = report(p, records, out, default_gpu)
+    out = Path(args.out) if args.out else cli.default_out(p.name, p.mode)
+    report(p, records, out, default_gpu)
     ok = [r for r in records if r.get("status") == "ok"]
     sim_s = sum(r.get("makespan_s") or 0.0 for r in ok if not r.get("reused"))
     fresh = sum(1 for r in ok if not r.get("reused"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import os
 import platform
 import socket
@@ -194,11 +195,30 @@ def write_trace(path: Path, trace: list[dict[str, Any]]) -> None:
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
-    """A record, or None if absent or unreadable."""
+    """A record, or None if absent, unreadable, or valid JSON that is not an object."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
+        rec = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    return rec if isinstance(rec, dict) else None
+
+
+def finished_record(cell_dir: Path) -> dict[str, Any] | None:
+    """The cell's record if it can be trusted as finished, else None (the cell is recomputed): a
+    JSON object with ``status: ok``, every cell key and metric field present, a numeric
+    throughput, and its ``trace.csv`` beside it. A truncated, hand-edited or half-written record
+    is never reused."""
+    rec = read_record(Path(cell_dir) / "record.json")
+    if rec is None or rec.get("status") != "ok":
+        return None
+    if any(k not in rec for k in (*CELL_KEYS, *METRIC_FIELDS)):
+        return None
+    tp = rec.get("throughput_req_s")
+    if isinstance(tp, bool) or not isinstance(tp, (int, float)) or not math.isfinite(tp):
+        return None
+    if not (Path(cell_dir) / "trace.csv").is_file():
+        return None
+    return rec
 
 
 def make_record(cell: dict[str, Any], overrides: list[str] | tuple[str, ...], result: RunResult | None,
@@ -225,7 +245,7 @@ def make_record(cell: dict[str, Any], overrides: list[str] | tuple[str, ...], re
 
 def load_records(root: str | Path) -> list[dict[str, Any]]:
     """Every ``record.json`` under ``root`` (aggregation input)."""
-    return [r for p in sorted(Path(root).rglob("record.json")) if (r := read_record(p)) is not None]
+    return [r for p in sorted(Path(root).rglob("record.json")) if (r := finished_record(p.parent)) is not None]
 
 
 def records_table(records: list[dict[str, Any]]):

@@ -1,8 +1,12 @@
 """One cell → one record (contract §4).
 
     python -m harness.run model=llama3_1_8b dataset=mmlu_pro gpu=h100 system=jenga backend=sim seed=0
+    python -m harness.run -m system=vllm,jenga seed=0,1 mode=smoke       # Hydra multirun
+    python -m harness.run --cfg job model=gemma3_12b                     # the composed config
+    python -m harness.run --help                                         # config groups and options
 
-Arguments are Hydra overrides, composed with :func:`harness.config.compose_cell`. The record goes
+A Hydra app on ``harness/conf/config.yaml`` (schema: :mod:`harness.config`); the drivers compose the
+same config with :func:`harness.config.compose_cell` and call :func:`run_overrides`. The record goes
 to ``{out_dir}/{backend}/{gpu}/{model}/{dataset}/{system}/seed{seed}-{config hash}/record.json``
 with the per-step ``trace.csv`` beside it. The hash covers the whole resolved cell config (minus
 ``out_dir``/``force``) and the code fingerprint (``harness.records.code_fingerprint``), so neither a
@@ -20,9 +24,19 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from harness.records import code_fingerprint, make_record, read_record, record_dir, write_record, write_trace
+# Registers the cell schema in Hydra's ConfigStore before the app composes config.yaml.
+import harness.config  # noqa: F401
+from harness.records import (
+    code_fingerprint,
+    finished_record,
+    make_record,
+    record_dir,
+    write_record,
+    write_trace,
+)
 
 BACKEND_MODULES = {"sim": "harness.sim.engine", "vllm_sched": "harness.vllm_sched", "vllm": "harness.vllm_backend"}
 
@@ -60,8 +74,8 @@ def run_cell(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> di
     out = cell_dir(cfg)
     rec_path, fail_path = out / "record.json", out / "failure.json"
     if not cfg.get("force", False):
-        existing = read_record(rec_path)
-        if existing is not None and existing.get("status") == "ok":
+        existing = finished_record(out)
+        if existing is not None:
             existing["reused"] = True
             return existing
     cell = cell_keys(cfg)
@@ -103,21 +117,62 @@ def run_overrides(overrides: list[str]) -> dict[str, Any]:
     return run_cell(cfg, overrides)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        return 0
-    rec = run_overrides(argv)
+def _print_record(rec: dict[str, Any]) -> None:
     keys = ("model", "dataset", "gpu", "system", "backend", "seed")
     print(" ".join(f"{k}={rec.get(k)}" for k in keys))
     if rec.get("status") != "ok":
         print(f"FAILED: {rec.get('error')}", file=sys.stderr)
-        return 1
+        return
     print(f"throughput {rec['throughput_req_s']:.4g} req/s ({rec['output_tok_s']:.4g} out tok/s), "
           f"makespan {rec['makespan_s']:.4g} s{' (simulated)' if rec.get('simulated') else ''}, "
           f"waste {rec['waste_fraction']:.3f}, hit rate {rec['prefix_hit_rate']:.3f}, "
           f"preemptions {rec['preemptions']}{' [reused]' if rec.get('reused') else ''}")
+
+
+@hydra.main(config_path=str(Path(__file__).resolve().parent / "conf"), config_name="config", version_base="1.3")
+def app(cfg: DictConfig) -> str:
+    """The Hydra task: check the composed cell (one error naming the key), run it, print it. In a
+    single run a failed cell exits 1; in a multirun (``-m``) it is reported and the sweep goes on."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from harness.config import GROUPS, ConfigError, check_cell
+
+    hc = HydraConfig.get()
+    choices = {k: v for k, v in hc.runtime.choices.items() if k in GROUPS}
+    overrides = list(hc.overrides.task)
+    try:
+        check_cell(cfg, choices)
+        rec = run_cell(cfg, overrides)
+    except ConfigError as exc:
+        rec = {**{k: OmegaConf.select(cfg, f"{k}.name", default=None) for k in ("model", "dataset", "gpu", "system",
+                                                                               "backend")},
+               "seed": cfg.get("seed"), "status": "failed", "error": f"ConfigError: {exc}"}
+    _print_record(rec)
+    if rec.get("status") != "ok" and hc.mode == RunMode.RUN:
+        sys.exit(1)
+    return str(rec.get("status"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.run [overrides] [-m] [--cfg job] [--help]``; returns the exit status."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from harness import config
+
+    saved = sys.argv
+    if argv is not None:
+        sys.argv = [sys.argv[0] if sys.argv else "harness.run", *argv]
+    # compose_cell (the drivers' path) may have initialised Hydra in this process; the app
+    # initialises its own, and compose_cell re-initialises after it.
+    GlobalHydra.instance().clear()
+    config._INITIALIZED_DIR = None
+    try:
+        app()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved
     return 0
 
 

@@ -64,3 +64,46 @@ def test_summarize_speedups_baselines_and_paper():
     assert m["ours_geo"] == pytest.approx(math.sqrt(2.0 * 1.375))
     assert m["n_paired"] == 2
     assert m["within_10pct"] == 1          # mllama 2.0 vs 1.71 is off; Jamba 1.375 vs 1.39 is within
+
+
+# -- issue 12: one row per cell, paired speedup CIs, column names ---------------------------------------
+def _seeded(model, system, tp, seed, status="ok"):
+    r = {**_rec(model, system, tp, seed), "dataset": "arxiv_qa",
+         "provenance": {"git_rev": "abc123", "code_fingerprint": "f00", "dirty": False,
+                        "config": {"gpu": {"count": 2}, "dataset": {"num_requests": 32}}}}
+    if status != "ok":
+        r.update(status="failed", error="ValueError: no KV cache memory left", throughput_req_s=None)
+    return r
+
+
+def test_summary_one_row_per_cell_with_paired_speedup_ci():
+    from scipy import stats as sps
+
+    base, ours = [1.0, 2.0, 4.0], [1.5, 2.4, 4.4]
+    recs = [_seeded("gemma2_27b", "vllm", b, s) for s, b in enumerate(base)]
+    recs += [_seeded("gemma2_27b", "jenga", o, s) for s, o in enumerate(ours)]
+    recs += [_seeded("character_70b_fp8", sy, None, s, "failed") for sy in ("vllm", "jenga") for s in range(3)]
+    s = analysis.summarize(recs, "fig13")
+    assert len(s) == 4                                   # failed seeds aggregated: one row per cell
+    fail = s[s.model == "character_70b_fp8"]
+    assert list(fail.failed) == [3, 3] and list(fail.seeds) == [0, 0] and set(fail.status) == {"failed"}
+    assert fail.error.iloc[0].startswith("ValueError")
+    j = s[(s.model == "gemma2_27b") & (s.system == "jenga")].iloc[0]
+    ratios = [o / b for o, b in zip(ours, base)]
+    lo, hi = sps.t.interval(0.95, 2, loc=sum(ratios) / 3, scale=sps.sem(ratios))
+    assert j.speedup == pytest.approx(sum(ratios) / 3)   # mean of per-seed ratios, not ratio of means
+    assert (j.speedup_ci_lo, j.speedup_ci_hi) == (pytest.approx(lo), pytest.approx(hi))
+    assert j.throughput_req_s_ci_lo < j.throughput_req_s < j.throughput_req_s_ci_hi
+    # Columns say what they are.
+    assert {"tp", "num_requests", "git_rev", "prefix_hit_rate"} <= set(s.columns) and "hit_rate" not in s.columns
+    assert j.tp == 2 and j.num_requests == 32 and j.git_rev == "abc123"
+    # paper_speedup on a baseline row: 1.0 wherever the paper has the model (fig13 publishes only
+    # Jenga/vLLM ratios), never NaN on one figure and 1.0 on the other.
+    v = s[(s.model == "gemma2_27b") & (s.system == "vllm")].iloc[0]
+    assert v.paper_speedup == 1.0 and j.paper_speedup == pytest.approx(1.26)
+
+
+def test_summary_survives_records_without_cell_keys():
+    """A failure row with no model (a crash before the cell was known) must not crash analysis."""
+    s = analysis.summarize([{"status": "failed", "error": "boom"}, _seeded("gemma2_27b", "vllm", 1.0, 0)], "fig13")
+    assert len(s) == 2 and set(s.status) == {"failed", "ok"}

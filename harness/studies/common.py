@@ -9,10 +9,8 @@ step completion. Their rows carry the same metric names and a provenance block.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -20,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from harness import cli
 from harness.records import provenance
 from harness.sim import engine
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = cli.REPO_ROOT
 PROVENANCE_COLS = ("git_rev", "dirty", "time", "config_hash")
 
 
@@ -41,6 +40,8 @@ class StudyArgs:
     out: Path
     jobs: int
     force: bool
+    dry_run: bool = False
+    progress: bool = True
 
     @property
     def smoke(self) -> bool:
@@ -51,39 +52,51 @@ class StudyArgs:
         return "" if self.mode == "full" else f"_{self.mode}"
 
 
-def load_study(path: str | Path, required: Iterable[str]) -> dict[str, Any]:
-    """An experiments/*.yaml study file as a plain dict; a missing key is one clear error."""
-    study = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+def load_study(path: str | Path, required: Iterable[str], driver: str | None = None) -> dict[str, Any]:
+    """An experiments/*.yaml study file as a plain dict; a missing, malformed or (``driver``
+    given) another driver's file, or a missing key, is one :class:`harness.cli.UsageError`."""
+    study = cli.load_study_file(path, driver)
     for key in ("name", *required):
         if key not in study:
-            raise ValueError(f"study {path}: missing key {key!r} (required: {['name', *required]})")
+            raise cli.UsageError(f"study {path}: missing key {key!r} (required: {['name', *required]})")
     return study
 
 
 def parse_args(doc: str, required: Iterable[str], argv: list[str] | None = None) -> StudyArgs:
-    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("experiment")
-    ap.add_argument("overrides", nargs="*", help="mode=smoke|full and other Hydra overrides")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--out", default=None, help="summary/figure folder (default results/<name>)")
-    ap.add_argument("--force", action="store_true", help="rerun cached cells")
-    a = ap.parse_intermixed_args(argv)
-    study = load_study(a.experiment, required)
-    mode = "full"
-    extra = []
-    for o in a.overrides:
-        if o.startswith("seeds="):
-            # seeds=0,1,2 replaces the study's seed list (every part of it)
-            study["seeds"] = [int(x) for x in o.split("=", 1)[1].strip("[]").split(",") if x.strip()]
-            study["seeds_from_cli"] = True
-        elif o.startswith("mode="):
-            mode = o.split("=", 1)[1]
-            if mode not in ("full", "smoke"):
-                raise ValueError(f"mode={mode!r}; allowed: ['full', 'smoke']")
-        else:
-            extra.append(o)
-    out = Path(a.out) if a.out else REPO_ROOT / "results" / study["name"]
-    return StudyArgs(Path(a.experiment), study, mode, extra, out, a.jobs, a.force)
+    """The shared command line (:mod:`harness.cli`): the study file checked whole (missing,
+    malformed, another driver's file, bad seeds) and the command-line overrides composed once
+    before any work; a problem is one :class:`harness.cli.UsageError`."""
+    required = tuple(required)
+    args = cli.parse(cli.parser(doc), argv)
+    driver = next((m for key, m, _ in cli.DRIVERS if key in required), "harness.studies")
+    study = load_study(args.experiment, required, driver)
+    special, extra = cli.split_cli(args.overrides)
+    mode = special.get("mode", "full")
+    if "seeds" in special:
+        # seeds=0,1,2 replaces the study's seed list (every part of it)
+        study["seeds"] = cli.parse_seeds(special["seeds"], "command line")
+        study["seeds_from_cli"] = True
+    elif "seeds" in study:
+        study["seeds"] = cli.parse_seeds(study["seeds"], f"study {args.experiment}")
+    if "gpu" in special:
+        extra.insert(0, f"gpu={special['gpu']}")
+    # The overrides every cell gets, composed once now: a typo'd key or an out-of-range value is one
+    # error before the first cell runs.
+    cli.check_cells([("the command line", [f"mode={mode}", *extra])])
+    out = Path(args.out) if args.out else cli.default_out(study["name"], mode)
+    return StudyArgs(Path(args.experiment), study, mode, extra, out, args.jobs, args.force,
+                     dry_run=args.dry_run, progress=not args.no_progress)
+
+
+def print_tasks(tasks: list[tuple]) -> int:
+    """``--dry-run`` of a study: its tasks, nothing run (study rows are not cached records yet)."""
+    for t in tasks:
+        print("to run  " + " ".join(str(x) for x in t if not isinstance(x, (list, dict)))[:200])
+    print(f"{len(tasks)} tasks (dry run: nothing ran)")
+    return 0
+
+
+guard = cli.guard
 
 
 def grid(values: list, smoke: bool, keep: int = 2) -> list:
@@ -108,13 +121,11 @@ def compose(overrides: list[str]) -> DictConfig:
     return compose_cell(overrides)
 
 
-def parallel(fn: Callable[..., dict], tasks: list[tuple], jobs: int) -> list[dict]:
-    """Run ``fn(*task)`` for every task, ``jobs`` processes at a time (order kept)."""
-    if jobs <= 1 or len(tasks) <= 1:
-        return [fn(*t) for t in tasks]
-    from joblib import Parallel, delayed
-
-    return list(Parallel(n_jobs=jobs, backend="loky")(delayed(fn)(*t) for t in tasks))
+def parallel(fn: Callable[..., dict], tasks: list[tuple], jobs: int, progress: bool = True,
+             desc: str = "cells") -> list[dict]:
+    """Run ``fn(*task)`` for every task, ``jobs`` processes at a time (order kept), with a progress
+    bar; ctrl-C stops the pool (:func:`harness.cli.run_tasks`)."""
+    return cli.run_tasks(fn, tasks, jobs, desc, progress)
 
 
 # -- the loop: the sim engine's own, with its step-cost / step-completion hooks -----------------------

@@ -122,11 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [(wl, s, st["cell"], args.mode, args.overrides, int(seed), alpha)
              for wl in common.grid(st["workloads"], args.smoke, keep=1) for s in st["systems"]
              for seed in st.get("seeds", [0])]
+    if args.dry_run:
+        return common.print_tasks(tasks)
     elapsed = common.timer()
-    rows = common.parallel(run_cell, tasks, args.jobs)
+    rows = common.parallel(run_cell, tasks, args.jobs, args.progress, args.study['name'])
     return common.report(rows, args, elapsed(), KEYS, METRICS,
                          lambda df: plot(df, common.figure_path(args), args.mode, st.get("plot_note", "")))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(common.guard(main))

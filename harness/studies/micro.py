@@ -177,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     for p, s, x, seed, _ in plan:
         first.setdefault(p, seed)
     tasks = [(p, s, x, seed, ov, args.mode, extra, args.force, first[p]) for p, s, x, seed, ov in plan]
+    if args.dry_run:
+        return common.print_tasks(tasks)
     elapsed = common.timer()
-    rows = common.parallel(run_one, tasks, args.jobs)
+    rows = common.parallel(run_one, tasks, args.jobs, args.progress, args.study['name'])
     df = common.write_summary(rows, args, elapsed())
     traces = decimated_traces(rows)
     traces.to_csv(args.out / f"traces{args.suffix}.csv", index=False)
@@ -192,4 +194,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(common.guard(main))

@@ -110,11 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     pairs = common.grid(st["pairs"], args.smoke, keep=1)
     tasks = [(pair, s, k, p, args.mode, args.overrides, int(seed))
              for pair in pairs for s in st["systems"] for seed in st.get("seeds", [0])]
+    if args.dry_run:
+        return common.print_tasks(tasks)
     elapsed = common.timer()
-    rows = common.parallel(run_pair, tasks, args.jobs)
+    rows = common.parallel(run_pair, tasks, args.jobs, args.progress, args.study['name'])
     return common.report(rows, args, elapsed(), KEYS, METRICS,
                          lambda df: plot(df, common.figure_path(args), args.mode))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(common.guard(main))

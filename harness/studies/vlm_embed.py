@@ -131,11 +131,13 @@ def main(argv: list[str] | None = None) -> int:
             for s in st["systems"]:
                 for seed in st.get("seeds", [0]):
                     tasks.append((m["model"], s, rate, st["cell"], args.mode, args.overrides, int(seed)))
+    if args.dry_run:
+        return common.print_tasks(tasks)
     elapsed = common.timer()
-    rows = common.parallel(run_cell, tasks, args.jobs)
+    rows = common.parallel(run_cell, tasks, args.jobs, args.progress, args.study['name'])
     return common.report(rows, args, elapsed(), KEYS, METRICS,
                          lambda df: plot(df, common.figure_path(args), args.mode))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(common.guard(main))

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.plots import SYSTEM_COLORS, SYSTEM_LABELS
+from harness.plots import SYSTEM_COLORS, SYSTEM_LABELS, paper_name
 from harness.sweeps import common, stats
 from harness.sweeps.plan import SweepPlan
 
@@ -92,10 +92,12 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path, means: pd.DataFrame) ->
         pos += 0.35
     ax.axhline(1.0, color="black", linewidth=0.6, linestyle=":")
     ax.set_xticks(centers)
-    ax.set_xticklabels([f"{m}\n(÷ {summary[summary.model == m].baseline.iloc[0]})" for m in models], fontsize=7)
+    ax.set_xticklabels([f"{paper_name(m)}\n(÷ {SYSTEM_LABELS.get(b, b)})" for m in models
+                        for b in [summary[summary.model == m].baseline.iloc[0]]], fontsize=7)
     ax.set_ylabel("request throughput / baseline (×)")
-    ax.set_ylim(0, ymax * 1.25)
-    ax.legend(fontsize=7, ncol=4, frameon=False, loc="upper left")
+    ax.set_ylim(0, ymax * 1.1)
+    # Above the axes, off the bars.
+    ax.legend(fontsize=7, ncol=4, frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     j = means[means["system"] == "jenga"]
     h = means[means["system"] == "hybrid_groups"]
     txt = ""
@@ -103,7 +105,7 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path, means: pd.DataFrame) ->
         txt = (f"; geo-mean Jenga {j.geo_mean.iloc[0]:.2f}× (arith {j.arith_mean.iloc[0]:.2f}×), "
                f"hybrid groups {h.geo_mean.iloc[0]:.2f}× (arith {h.arith_mean.iloc[0]:.2f}×)")
     ax.set_title(f"Ablation ladder on {p.gpu.upper()} (simulated): what per-type freeing vs the LCM allocator buys"
-                 f"{txt}", fontsize=9)
+                 f"{txt}", fontsize=9, pad=40)
     common.footer(fig, p)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return common.save(fig, out, p)
@@ -116,7 +118,8 @@ def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
         return summary
     summary["rung"] = summary["system"].map({s: i for i, s in enumerate(LADDER)})
     summary = summary.sort_values(["model", "rung"], kind="stable")
-    summary["paper_speedup"] = _paper(summary, p.gpu).to_numpy()
+    # Smoke cells are tiny: no comparison with the paper's bars.
+    summary["paper_speedup"] = _paper(summary, p.gpu).to_numpy() if p.mode != "smoke" else np.nan
     common.write_csv(summary, out, "summary", p)
     common.print_table(summary, ["model", "system", "throughput_req_s", "speedup", "speedup_ci_lo", "speedup_ci_hi",
                                  "paper_speedup", "waste_fraction", "preemptions", "seeds", "failed"])

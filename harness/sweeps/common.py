@@ -44,11 +44,10 @@ def footer(fig: plt.Figure, p: SweepPlan) -> None:
 
 
 def save(fig: plt.Figure, out: Path, p: SweepPlan) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{p.name}{suffix(p)}.png"
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    """``<out>/<study>[_suffix].png`` and ``.pdf`` (:func:`harness.plots.save`)."""
+    from harness.plots import save as save_png_pdf
+
+    return save_png_pdf(fig, out / f"{p.name}{suffix(p)}.png")
 
 
 def print_table(df: pd.DataFrame, cols: list[str]) -> None:

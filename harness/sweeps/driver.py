@@ -14,9 +14,7 @@ back (each cell is an idempotent record of :func:`harness.run.run_cell`, so noth
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import os
 import subprocess
 import sys
 import time
@@ -24,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness import cli
 from harness.sweeps.plan import SweepPlan, plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -41,25 +40,9 @@ def run_one(overrides: list[str], force: bool = False) -> dict[str, Any]:
 
 
 def run_inline(p: SweepPlan, jobs: int, force: bool = False, progress: bool = True) -> list[dict[str, Any]]:
-    """Every cell with joblib (``jobs`` processes; 1 = in this process), records in plan order."""
-    from joblib import Parallel, delayed
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(p.runs), desc=f"{p.name} cells", unit="cell", disable=not progress, file=sys.stderr)
-    if jobs <= 1:
-        out = []
-        for r in p.runs:
-            out.append(run_one(r.overrides, force))
-            bar.update(1)
-        bar.close()
-        return out
-    par = Parallel(n_jobs=jobs, return_as="generator", backend="loky", batch_size=1)
-    out = []
-    for rec in par(delayed(run_one)(r.overrides, force) for r in p.runs):
-        out.append(rec)
-        bar.update(1)
-    bar.close()
-    return out
+    """Every cell with joblib (``jobs`` processes; 1 = in this process), records in plan order,
+    a progress bar, ctrl-C stops the pool (:func:`harness.cli.run_tasks`)."""
+    return cli.run_tasks(run_one, [(r.overrides, force) for r in p.runs], jobs, f"{p.name} cells", progress)
 
 
 def launcher_command(study: str | Path, n_cells: int, cli: list[str], launcher: str, jobs: int,
@@ -80,7 +63,7 @@ def collect(p: SweepPlan) -> list[dict[str, Any]]:
     """Read every cell's record without running anything: the record, else its failure record,
     else a failure saying no launcher job finished the cell."""
     from harness.config import compose_cell
-    from harness.records import read_record
+    from harness.records import finished_record, read_record
     from harness.run import cell_dir
 
     out = []
@@ -90,7 +73,7 @@ def collect(p: SweepPlan) -> list[dict[str, Any]]:
         except Exception as exc:  # noqa: BLE001
             out.append({"status": "failed", "error": f"{type(exc).__name__}: {exc}", "overrides": r.overrides})
             continue
-        rec = read_record(d / "record.json") or read_record(d / "failure.json") or \
+        rec = finished_record(d) or read_record(d / "failure.json") or \
             {"status": "failed", "error": f"no record: no launcher job finished this cell ({d})"}
         out.append({**rec, "reused": True} if rec.get("status") == "ok" else rec)
     return out
@@ -109,27 +92,35 @@ def run_launcher(study: str | Path, p: SweepPlan, cli: list[str], launcher: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("study")
-    ap.add_argument("overrides", nargs="*", help="cell overrides (mode=smoke gpu=l4 seeds=0,1 ...)")
+    return cli.guard(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    ap = cli.parser(__doc__, "python -m harness.sweeps")
     ap.add_argument("--launcher", choices=LAUNCHERS, default="inline")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--force", action="store_true", help="rerun cells even if a record exists")
-    ap.add_argument("--out", default=None, help="summary/figure directory (default results/<name>)")
-    ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--hydra", default="", help="extra Hydra overrides for the launcher, space-separated "
                     "(e.g. 'hydra.launcher.partition=cpu hydra.launcher.timeout_min=20')")
-    args = ap.parse_args(argv)
-    p = plan(args.study, args.overrides)
-    cli = [o for o in args.overrides]
+    args = cli.parse(ap, argv)
+    cli.load_study_file(args.experiment, "harness.sweeps")
+    try:
+        p = plan(args.experiment, args.overrides)
+    except cli.UsageError:
+        raise
+    except ValueError as exc:   # a malformed axis or cell of the study file
+        raise cli.UsageError(str(exc)) from None
+    labels = [f"{r.model}/{r.params}/{r.system}/seed{r.seed}" for r in p.runs]
+    cfgs = cli.check_cells(list(zip(labels, (r.overrides for r in p.runs))))
+    if args.dry_run:
+        return cli.print_dry_run(labels, cfgs, args.force)
+    cli_overrides = list(args.overrides)
     t0 = time.perf_counter()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     if args.launcher == "inline":
         records = run_inline(p, args.jobs, args.force, progress=not args.no_progress)
     else:
-        records = run_launcher(args.study, p, cli, args.launcher, args.jobs, args.force, args.hydra.split())
+        records = run_launcher(args.experiment, p, cli_overrides, args.launcher, args.jobs, args.force, args.hydra.split())
     wall = time.perf_counter() - t0
-    out = Path(args.out) if args.out else REPO_ROOT / "results" / p.name
+    out = Path(args.out) if args.out else cli.default_out(p.name, p.mode)
     report = importlib.import_module(f"harness.sweeps.{p.kind}")
     summary = report.report(p, records, out)
     ok = sum(1 for r in records if r.get("status") == "ok")

@@ -98,13 +98,16 @@ def load_study(path: str | Path, mode: str = "full") -> dict[str, Any]:
 def plan(path: str | Path, cli: list[str] = ()) -> SweepPlan:
     """Expand a study file into runs. ``cli``: ``key=value`` overrides for every cell, plus
     ``seeds=0,1,2`` (replaces the file's seeds) and ``gpu=``/``mode=``."""
-    args = dict(o.split("=", 1) for o in cli if "=" in o)
-    mode = args.get("mode", "full")
+    from harness import cli as shared
+
+    special, extra = shared.split_cli(cli)
+    mode = special.get("mode", "full")
     study = load_study(path, mode)
-    seeds = [int(s) for s in args.pop("seeds").split(",")] if "seeds" in args else \
-        list(study.get("seeds", DEFAULT_SEEDS))
-    gpu = args.pop("gpu", study.get("gpu", "h100"))
-    extra = [f"{k}={v}" for k, v in args.items()]
+    seeds = shared.parse_seeds(special["seeds"], "command line") if "seeds" in special else \
+        shared.parse_seeds(study.get("seeds", list(DEFAULT_SEEDS)), f"study {path}")
+    gpu = special.get("gpu", study.get("gpu", "h100"))
+    if "mode" in special:
+        extra = [f"mode={mode}", *extra]
     axes = study.get("axes") or {}
     points = {a: _axis_points(a, spec) for a, spec in axes.items()}
     p = SweepPlan(study["name"], study["kind"], mode, gpu, list(axes), study)

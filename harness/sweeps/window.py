@@ -1,8 +1,9 @@
 """Window-length sweep report (issue 6 item 1): speedup and waste against request length / window.
 
-Rows: model × window × length × system, seed means with 95 % CIs. The figure puts every grid point
-on one axis, ``length / window``: at or below 1 a request never leaves its window, its sliding
-layers need every token like full attention, and Jenga's gain vanishes.
+Rows: model × window × length × system, seed means with 95 % CIs. The figure plots speedup and
+waste against the request length with one line per window (the window and the length are separate
+axes); ``length_over_window`` stays in the summary: at or below 1 a request never leaves its
+window, its sliding layers need every token like full attention, and Jenga's gain vanishes.
 """
 
 from __future__ import annotations
@@ -29,41 +30,61 @@ def summarize(p: SweepPlan, records: list[dict]) -> pd.DataFrame:
 
 
 def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-    j = summary[summary["system"] == "jenga"]
-    v = summary[summary["system"] == "vllm"]
-    for i, (model, g) in enumerate(j.groupby("model", sort=False)):
-        g = g.sort_values("length_over_window")
-        err = np.vstack([g["speedup"] - g["speedup_ci_lo"], g["speedup_ci_hi"] - g["speedup"]])
-        err = np.nan_to_num(err, nan=0.0)
-        c = f"C{i}"
-        ax1.errorbar(g["length_over_window"], g["speedup"], yerr=err, fmt=MARKERS[i % 6], color=c, ms=5,
-                     capsize=2, linestyle="none", label=model)
-        vv = v[v["model"] == model].sort_values("length_over_window")
-        ax2.scatter(vv["length_over_window"], vv["waste_fraction"] * 100, marker=MARKERS[i % 6], color=c, s=22,
-                    label=f"{model}: vLLM")
-        ax2.scatter(g["length_over_window"], g["waste_fraction"] * 100, marker=MARKERS[i % 6], facecolors="none",
-                    edgecolors=c, s=22, label=f"{model}: Jenga")
-    for ax in (ax1, ax2):
-        ax.set_xscale("log", base=2)
-        ax.axvline(1.0, color="black", linestyle=":", linewidth=0.8)
-        ax.set_xlabel("request length / sliding window (log2)")
-        ax.grid(alpha=0.3, which="both", linewidth=0.4)
-    ax1.axhline(1.0, color="gray", linewidth=0.6)
-    ax1.text(0.02, 0.62, "left of the dotted line: requests fit their window,\nsliding = full attention, no gain",
-             transform=ax1.transAxes, fontsize=7, ha="left", va="top")
-    ax1.set_ylabel("Jenga throughput / vLLM throughput (×)")
-    ax1.set_title("Jenga speedup over vLLM (PagedAttention)", fontsize=10)
-    ax1.legend(fontsize=7, frameon=False, loc="upper left")
-    ax2.set_ylabel("KV memory waste (% of allocated, time-averaged)")
-    ax2.set_title("waste: vLLM (filled) vs Jenga (hollow)", fontsize=10)
-    ax2.legend(fontsize=6, frameon=False, ncol=2, loc="center left")
-    fig.suptitle(f"Window-length sweep on {p.gpu.upper()} (simulated): windows "
-                 f"{sorted(set(summary['window']))}, request lengths {sorted(set(summary['length']))} tokens; "
-                 "no published values (the paper runs only native windows)", fontsize=9)
-    common.footer(fig, p)
-    fig.tight_layout(rect=(0, 0.03, 1, 0.95))
-    return common.save(fig, out, p)
+    """:func:`draw` saved as ``<out>/window_sweep[_suffix].png`` and ``.pdf``."""
+    from harness.plots import save
+
+    return save(draw(summary, p), out / f"{p.name}{common.suffix(p)}.png")
+
+
+def draw(summary: pd.DataFrame, p: SweepPlan) -> plt.Figure:
+    """Two rows of panels, one column per model: Jenga's speedup over vLLM (95 % CI) and both
+    systems' KV waste against the request length, one line per sliding window. The window and the
+    length are separate axes (a 4096/512 and a 32768/4096 cell share a ratio, not a point); a
+    marker sits where the request length equals the window."""
+    from harness.plots import FONT, paper_name
+
+    models = list(dict.fromkeys(summary["model"]))
+    windows = sorted(set(summary["window"]))
+    with plt.rc_context(FONT):
+        fig, axes = plt.subplots(2, len(models), figsize=(max(3.5, 2.0 * len(models) + 1.0), 4.4), sharex=True,
+                                 squeeze=False)
+        for col, model in enumerate(models):
+            ax1, ax2 = axes[0][col], axes[1][col]
+            for i, w in enumerate(windows):
+                c, mk = f"C{i}", MARKERS[i % len(MARKERS)]
+                g = summary[(summary["model"] == model) & (summary["window"] == w)]
+                j = g[g["system"] == "jenga"].sort_values("length")
+                if len(j):
+                    err = np.nan_to_num(np.vstack([j["speedup"] - j["speedup_ci_lo"], j["speedup_ci_hi"] - j["speedup"]]),
+                                        nan=0.0).clip(min=0)
+                    ax1.errorbar(j["length"], j["speedup"], yerr=err, color=c, marker=mk, ms=3.5, capsize=2,
+                                 linewidth=1.0, label=f"window {w}")
+                    ax2.plot(j["length"], j["waste_fraction"] * 100, color=c, marker=mk, ms=3.5, mfc="none",
+                             linewidth=1.0, linestyle="--")
+                v = g[g["system"] == "vllm"].sort_values("length")
+                if len(v):
+                    ax2.plot(v["length"], v["waste_fraction"] * 100, color=c, marker=mk, ms=3.5, linewidth=1.0)
+            ax1.set_title(paper_name(model))
+            ax1.axhline(1.0, color="gray", linewidth=0.6)
+            for ax in (ax1, ax2):
+                ax.set_xscale("log", base=2)
+                ax.grid(alpha=0.3, which="major", linewidth=0.4)
+            ax2.set_xlabel("request length (tokens)")
+        axes[0][0].set_ylabel("Jenga / vLLM throughput (×)")
+        axes[1][0].set_ylabel("KV waste (% of allocated)")
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        from matplotlib.lines import Line2D
+
+        handles += [Line2D([], [], color="black", linewidth=1.0), Line2D([], [], color="black", linestyle="--",
+                                                                        marker="o", mfc="none", ms=3.5)]
+        labels += ["waste: vLLM", "waste: Jenga"]
+        fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(labels), 6),
+                   frameon=False)
+        fig.suptitle(f"Window-length sweep on {p.gpu.upper()} (simulated), mode={p.mode}; mean of seeds, 95 % CI; "
+                     "no published values", y=1.08)
+        common.footer(fig, p)
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        return fig
 
 
 def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:

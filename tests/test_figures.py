@@ -1,0 +1,96 @@
+"""Issue 12, "Summaries and figures fit for a paper": CI error bars on every bar, the paper's
+names, UNVERIFIED values drawn differently, an outlier clipped with its value written, missing
+bars footnoted, the legend off the data, readable fonts, PDF beside PNG; the window sweep with the
+window and the request length on separate axes."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from harness import plots
+
+
+def _summary() -> pd.DataFrame:
+    rows = [
+        # model, system, baseline, speedup, lo, hi, paper, verified, error
+        ("gemma2_27b", "vllm", "vllm", 1.0, 1.0, 1.0, 1.0, "yes", ""),
+        ("gemma2_27b", "jenga", "vllm", 1.29, 0.9, 1.6, 1.26, "yes", ""),
+        ("ministral_8b", "vllm", "vllm", 1.0, 1.0, 1.0, 1.0, "UNVERIFIED", ""),
+        ("ministral_8b", "jenga", "vllm", 0.75, 0.5, 1.0, 2.08, "UNVERIFIED", ""),
+        ("character_70b_fp8", "vllm", "vllm", np.nan, np.nan, np.nan, 1.0, "UNVERIFIED", "ValueError: no KV"),
+        ("character_70b_fp8", "jenga", "vllm", np.nan, np.nan, np.nan, 4.92, "UNVERIFIED", "ValueError: no KV"),
+        ("jamba_1_5_mini_fp8", "static_partition", "static_partition", 1.0, 1.0, 1.0, 1.0, "UNVERIFIED", ""),
+        ("jamba_1_5_mini_fp8", "jenga", "static_partition", 1.24, 1.2, 1.3, 1.78, "UNVERIFIED", ""),
+    ]
+    df = pd.DataFrame(rows, columns=["model", "system", "baseline", "speedup", "speedup_ci_lo", "speedup_ci_hi",
+                                     "paper_speedup", "paper_verified", "error"])
+    df["status"] = np.where(df["speedup"].notna(), "ok", "failed")
+    return df
+
+
+def _texts(fig) -> str:
+    return "\n".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+
+
+def test_speedup_bars_paper_conventions(tmp_path):
+    s = _summary()
+    fig = plots.draw_speedup_bars(s, "t", notes=plots.plan_notes({"jamba_1_5_mini_fp8": "static_partition"}))
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["Gemma-2 27B", "Ministral 8B", "character.ai 70B* FP8", "Jamba-1.5 Mini FP8"]
+    # Every bar of ours that ran carries an error bar (6 ok cells).
+    assert sum(isinstance(c, matplotlib.container.ErrorbarContainer) for c in ax.containers) == 6
+    hatches = {p.get_hatch() for p in ax.patches}
+    assert "////" in hatches and "...." in hatches            # verified vs UNVERIFIED drawn differently
+    top = ax.get_ylim()[1]
+    assert top < 4.92 and "4.92" in _texts(fig)               # the outlier is clipped, its value written
+    text = _texts(fig)
+    assert "Jamba-1.5 Mini FP8: no vLLM bar" in text           # footnote: Jamba's baseline
+    assert "character.ai 70B* FP8, vLLM (PagedAttention), Jenga (ours): failed" in text
+    leg = ax.get_legend()
+    fig.canvas.draw()
+    lb, axb = leg.get_window_extent(), ax.get_window_extent()
+    assert lb.y0 >= axb.y1 - 1                                # the legend sits above the data
+    assert min(t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text()) >= 6
+    assert fig.get_size_inches()[0] <= 7.0                    # drawn at paper width: fonts stay readable
+    plt.close(fig)
+    png = plots.speedup_bars(s, tmp_path / "f.png", "t")
+    assert png.exists() and png.with_suffix(".pdf").exists()
+
+
+def test_smoke_figures_draw_no_paper_bars():
+    fig = plots.draw_speedup_bars(_summary(), "t", show_paper=False)
+    assert not {p.get_hatch() for p in fig.axes[0].patches} & {"////", "...."}
+    plt.close(fig)
+
+
+def test_window_sweep_figure_separates_window_and_length(tmp_path):
+    """4096/512 and 32768/4096 share a length/window ratio but are different points."""
+    from harness.sweeps import window
+    from harness.sweeps.plan import SweepPlan
+
+    rows = []
+    for w in (512, 4096, 32768):
+        for length in (512, 4096, 32768):
+            for system, sp in (("vllm", 1.0), ("jenga", 1.0 + length / w / 100)):
+                rows.append({"model": "gemma3_12b", "window": w, "length": length, "system": system, "baseline": "vllm",
+                             "speedup": sp, "speedup_ci_lo": sp - 0.01, "speedup_ci_hi": sp + 0.01,
+                             "waste_fraction": 0.1})
+    s = pd.DataFrame(rows)
+    p = SweepPlan("window_sweep", "window", "smoke", "h100", ["window", "length"], {"gpu": "h100"})
+    fig = window.draw(s, p)
+    speed = fig.axes[0]
+    assert speed.get_xlabel() == "" and fig.axes[1].get_xlabel() == "request length (tokens)"
+    lines = [ln for ln in speed.get_lines() if len(ln.get_xdata()) == 3 and ln.get_linestyle() != "None"]
+    assert len(lines) == 3                                    # one line per window ...
+    for ln in lines:                                          # ... over the request lengths
+        assert list(ln.get_xdata()) == [512, 4096, 32768]
+    assert sorted(round(float(ln.get_ydata()[1]), 3) for ln in lines) == [1.001, 1.01, 1.08]
+    plt.close(fig)
+    path = window.plot(s, p, tmp_path)
+    assert path.exists() and path.with_suffix(".pdf").exists()
