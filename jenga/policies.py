@@ -180,8 +180,11 @@ class SlidingPolicy(Policy):
         if T <= 0:
             return []
         # Retention only keeps pages the request computed or pinned: a request admitted with a
-        # hit of ``rs.start`` tokens never held anything below that hit's window.
-        floor = self.needed_lo(getattr(rs, "start", 0))
+        # hit of ``rs.start`` tokens holds nothing below the pages that hit validated (the fork's
+        # ``find_longest_cache_hit`` returns the whole contiguous run, W - 1 + extra tokens, and
+        # ``remove_skipped_blocks`` then frees only below the widened window).
+        start = getattr(rs, "start", 0)
+        floor = max(0, self.needed_lo(start) - self.hit_extra_tokens) if start > 0 else 0
         return [(max(floor, self.needed_lo(prev) - self.retain_tokens) // tpp, cdiv(T, tpp))]
 
 

@@ -106,3 +106,20 @@ def test_unknown_engine_key_names_it():
     cfg = compose_cell(["system=jenga", "+system.options_by_engine.v2={sliding_hit_extra_tokens: 1}"])
     with pytest.raises(ValueError, match="options_by_engine"):
         system_options(cfg.system, cfg.engine)
+
+
+def test_hit_request_holds_the_run_its_hit_validated():
+    """The fork's hit returns the whole contiguous run (W - 1 + extra tokens) and frees only below
+    the widened window: a request admitted with a hit of 10 holds [10 - 3 - 3, 11) = 7 pages, not
+    only the real window [7, 11) (which would drop the 3 pages a later lookup of the same prefix
+    needs, e.g. after a preemption)."""
+    m = make_manager("jenga", [FullAttentionSpec("full", 1, 8), SPEC], 8 * 64, tokens_per_page=1,
+                     enable_prefix_cache=True, sliding_retention_tokens=3, sliding_hit_extra_tokens=3)
+    r1 = req("r1", list(range(1, 11)))
+    assert m.allocate(r1, 10)
+    m.free(r1)
+    r2 = req("r2", list(range(1, 11)) + [50])
+    assert m.lookup_prefix(r2) == 10
+    assert m.allocate(r2, 1)
+    assert m.usage().per_type_allocated_bytes["sw"] == 7 * 8
+    check_invariants(m)
