@@ -164,10 +164,13 @@ class GpuConf:
 
 @dataclass
 class SystemConf:
-    """Memory-management system (name as in ``jenga.make_manager``) and its options."""
+    """Memory-management system (name as in ``jenga.make_manager``) and its options.
+    ``options_by_engine``: options that differ between the artifact's v0 and v1 forks, keyed by
+    ``engine.engine_version``; merged over ``options`` for that engine (harness.sim.engine)."""
 
     name: str = MISSING
     options: dict[str, Any] = field(default_factory=dict)
+    options_by_engine: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -18,7 +18,7 @@ class JengaManager(PagedManager):
     """Jenga: LCM two-level allocator with request-aware allocation and per-type prefix caching."""
 
     system_name = "jenga"
-    option_names = ("request_aware", "sliding_retention_tokens")
+    option_names = ("request_aware", "sliding_retention_tokens", "sliding_hit_extra_tokens")
 
     def _make_pool(self, request_aware: bool = True, **_) -> LcmPagePool:
         pool = LcmPagePool([st.page_bytes for st in self.types], self.capacity_bytes,

@@ -49,6 +49,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         # Systems that accept it (option_names) may hold sliding-window pages past the window
         # (SlidingPolicy.retain_tokens); the SlidingPolicy validates the value.
         self.sliding_retention = options.get("sliding_retention_tokens", 0)
+        self.sliding_hit_extra = options.get("sliding_hit_extra_tokens", 0)
         self.types: list[StorageType] = self._storage_types(**options)
         self.acct = [policy_for(s) for s in self._accounted_specs()]
         self.pool: Pool = self._make_pool(**options)
@@ -81,7 +82,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                             getattr(s, "state_bytes", 0)) for s in self.specs]
 
     def _policy_options(self, spec: LayerTypeSpec) -> dict:
-        return {"retain_tokens": self.sliding_retention} if isinstance(spec, SlidingWindowSpec) else {}
+        return ({"retain_tokens": self.sliding_retention, "hit_extra_tokens": self.sliding_hit_extra}
+                if isinstance(spec, SlidingWindowSpec) else {})
 
     def _accounted_specs(self) -> list[LayerTypeSpec]:
         return list(self.specs)

@@ -149,13 +149,29 @@ class SlidingPolicy(Policy):
     for ``remove_skipped_blocks``. Hits are still validated against the real window
     (``required_pages``), and ``needed_bytes`` stays the real need, so the retained tokens count as
     unneeded memory. Why it matters: a request that decodes ``n <= retain`` tokens still holds the
-    window that ends at its prompt, so a sibling that shares the prompt can hit all of it."""
+    window that ends at its prompt, so a sibling that shares the prompt can hit all of it.
 
-    def __init__(self, spec: LayerTypeSpec, bytes_per_token: int | None = None, retain_tokens: int = 0):
+    ``hit_extra_tokens``: tokens a hit must find cached below the window (0 = the real window).
+    The v1 fork validated hits against the *widened* window from commit 014d69f ("hardcode sw",
+    2025-04-12: ``sliding_window_contiguous_blocks = cdiv(self.sliding_window - 1, block_size)``
+    with ``self.sliding_window = W + 192``) until e71d61b ("update sw", 2025-08-16), which went
+    back to ``cdiv(W - 1, block_size)`` -- after the paper's numbers were committed
+    (``logs/figure14.csv``, 2025-07-28). With retention = extra the retained tokens never make a
+    hit that freeing at the window would not (a sibling needs the ``n`` decoded tokens' worth of
+    pages below the request's window too); docs/fidelity/gemma3.md."""
+
+    def __init__(self, spec: LayerTypeSpec, bytes_per_token: int | None = None, retain_tokens: int = 0,
+                 hit_extra_tokens: int = 0):
         super().__init__(spec, bytes_per_token)
-        if not isinstance(retain_tokens, int) or isinstance(retain_tokens, bool) or retain_tokens < 0:
-            raise SpecError(f"sliding_retention_tokens must be an integer >= 0, got {retain_tokens!r}")
+        for key, value in (("sliding_retention_tokens", retain_tokens), ("sliding_hit_extra_tokens", hit_extra_tokens)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(f"{key} must be an integer >= 0, got {value!r}")
         self.retain_tokens = retain_tokens
+        self.hit_extra_tokens = hit_extra_tokens
+
+    def required_pages(self, L: int, tpp: int) -> list[Interval]:
+        # The hit's last ``W - 1 + hit_extra`` tokens, whole pages (the fork's contiguous blocks).
+        return [(max(0, self.needed_lo(L) - self.hit_extra_tokens) // tpp, L // tpp)] if L > 0 else []
 
     def needed_lo(self, prev: int) -> int:
         return self.spec.needed_token_range(prev)[0]
@@ -164,8 +180,11 @@ class SlidingPolicy(Policy):
         if T <= 0:
             return []
         # Retention only keeps pages the request computed or pinned: a request admitted with a
-        # hit of ``rs.start`` tokens never held anything below that hit's window.
-        floor = self.needed_lo(getattr(rs, "start", 0))
+        # hit of ``rs.start`` tokens holds nothing below the pages that hit validated (the fork's
+        # ``find_longest_cache_hit`` returns the whole contiguous run, W - 1 + extra tokens, and
+        # ``remove_skipped_blocks`` then frees only below the widened window).
+        start = getattr(rs, "start", 0)
+        floor = max(0, self.needed_lo(start) - self.hit_extra_tokens) if start > 0 else 0
         return [(max(floor, self.needed_lo(prev) - self.retain_tokens) // tpp, cdiv(T, tpp))]
 
 

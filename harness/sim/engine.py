@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from harness.config import ENGINE_VERSIONS
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.sim.cost import CostModel, _get, block_manager_of, profile_tokens
@@ -53,6 +54,18 @@ def make_manager(system: str, profile: ModelProfile, capacity: int, engine, opti
                               tokens_per_page=int(_get(engine, "tokens_per_page", 16)),
                               enable_prefix_cache=bool(_get(engine, "enable_prefix_caching", False)),
                               **dict(options or {}))
+
+
+def system_options(system, engine) -> dict:
+    """``system.options`` with ``system.options_by_engine[engine.engine_version]`` merged over them:
+    the artifact ran the same system flag in two forks (v0 and v1) whose managers differ."""
+    version = str(_get(engine, "engine_version", "v0"))
+    by_engine = dict(_get(system, "options_by_engine", None) or {})
+    unknown = sorted(set(by_engine) - set(ENGINE_VERSIONS))
+    if unknown:
+        raise ValueError(f"system.options_by_engine: unknown engine version(s) {unknown}; "
+                         f"valid: {list(ENGINE_VERSIONS)}")
+    return {**dict(_get(system, "options", None) or {}), **dict(by_engine.get(version) or {})}
 
 
 StepCost = Callable[[list], float]
@@ -172,7 +185,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     # The fork a system ran on decides v0's per-step block-table work (cost.InputPrep).
     cost = CostModel(profile, gpu, engine, block_manager=block_manager_of(system))
     capacity = cost.kv_capacity_bytes()
-    mm = make_manager(system, profile, capacity, engine, _get(cfg.system, "options") or {})
+    mm = make_manager(system, profile, capacity, engine, system_options(cfg.system, engine))
     sched_cfg = scheduler_config(engine, profile, system)
     cross = profile.vision is not None and profile.vision.cross_attention
     sched, trace, agg = simulate(mm, cost, sched_cfg, requests, cross_attention=cross)

@@ -27,7 +27,7 @@ class MaxPage(_OnePageSize):
 
     system_name = "max_page"
     # The artifact's max page runs in Jenga's forks, with their sliding-window retention.
-    option_names = ("sliding_retention_tokens",)
+    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens")
 
     def _storage_types(self, **_):
         self.page_bytes = self.geometry.max_small_page_bytes
@@ -49,7 +49,7 @@ class HybridGroups(_OnePageSize):
     system_name = "hybrid_groups"
     # Upstream frees at exactly the window (retention 0, the default); the option lets the ablation
     # give it the artifact's 192 tokens to separate retention from the LCM allocator.
-    option_names = ("sliding_retention_tokens",)
+    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens")
 
     def _stored_specs(self):
         # vLLM keeps encoder outputs in its encoder cache, outside the KV pool (as vLLM v0 did).

@@ -20,7 +20,7 @@ class StaticPartition(PagedManager):
 
     system_name = "static_partition"
     # The artifact's static partition runs in Jenga's forks, with their sliding-window retention.
-    option_names = ("sliding_retention_tokens",)
+    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens")
 
     def _make_pool(self, **_):
         lp = self.geometry.large_page_bytes
