@@ -114,7 +114,7 @@ def large_page_bytes(groups) -> int:
 def jenga_config(vllm_config, groups, num_large: int, broken: bool = False) -> JengaKVCacheConfig:
     """The page-layer layout over one buffer of ``num_large`` large pages.
 
-    ``broken`` is the negative control: every layer of a type writes the same slice (layer stride
+    ``broken`` is the negative control: the layers of a type overlap (layer stride
     0), so outputs must change -- proof that the bit-identity check can fail."""
     L = large_page_bytes(groups)
     tensors, ratios, smalls = [], [], []
@@ -123,7 +123,7 @@ def jenga_config(vllm_config, groups, num_large: int, broken: bool = False) -> J
         ratios.append(L // P)
         smalls.append(P)
         tensors.append(JengaKVCacheTensor(size=num_large * L, layers=list(g.layer_names),
-                                          layer_stride=0 if broken and len(g.layer_names) > 1 else page,
+                                          layer_stride=page // 2 if broken and len(g.layer_names) > 1 else page,
                                           block_stride=P, offset=0, num_small_pages=num_large * (L // P)))
     cfg = JengaKVCacheConfig(
         num_blocks=num_large, kv_cache_tensors=tensors, kv_cache_groups=groups,
