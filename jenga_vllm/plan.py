@@ -215,4 +215,9 @@ def plan_for_scheduler(vllm_config, layer_specs: dict, kv_bytes: int, broken: bo
     if num_large < 2:
         raise ValueError(f"jenga_vllm: {kv_bytes} B hold {num_large} large page(s) of {large_page_bytes(groups)} B; "
                          "need at least 2 (large page 0 holds the null blocks)")
-    return jenga_config(vllm_config, groups, num_large, broken=broken)
+    cfg = jenga_config(vllm_config, groups, num_large, broken=broken)
+    need = max_usage_bytes(vllm_config, groups) - cfg.large_page_bytes
+    if need > cfg.usable_bytes:  # the engine's start-up check (_check_enough_kv_cache_memory), same rule
+        raise ValueError(f"jenga_vllm: one request of max_model_len={vllm_config.model_config.max_model_len} tokens "
+                         f"needs {need} B of KV cache; {kv_bytes} B hold {cfg.usable_bytes} usable B")
+    return cfg
