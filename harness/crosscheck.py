@@ -1,7 +1,7 @@
 """Cross-check of our simulator against vLLM's own scheduler (``make crosscheck``).
 
-On the same cells, ``backend=sim`` with ``system=vllm`` / ``hybrid_groups`` is compared with
-``backend=vllm_sched`` with the hybrid KV cache manager off / on. Both use the same step-time model
+On the same cells, ``backend=sim`` with ``system=vllm`` / ``hybrid_groups`` / ``jenga`` is compared
+with ``backend=vllm_sched`` with the hybrid KV cache manager off / on / the jenga_vllm plugin. Both use the same step-time model
 and the same KV byte budget, so every difference comes from scheduling (admission, chunking,
 preemption) and the KV cache manager (placement, freeing, prefix caching). Writes
 ``results/crosscheck/crosscheck.csv`` and ``results/crosscheck/table.md``; the explanation of every
@@ -43,6 +43,8 @@ CELLS: dict[str, list[str]] = {
                               "engine.max_num_batched_tokens=2048", "engine.enable_prefix_caching=false"],
 }
 PAIRS = (("vllm", False), ("hybrid_groups", True))   # sim system ↔ vllm_sched hybrid manager
+# sim jenga ↔ vllm_sched jenga: jenga/'s allocator in the simulator vs inside vLLM's scheduler (jenga_vllm).
+JENGA_PAIRS = (("jenga", "jenga plugin"),)
 # vLLM 0.32's scheduler admits a request only if its whole prompt fits (scheduler_reserve_full_isl,
 # default on); the April-2025 V1 engine the sim's v1 policy follows admitted chunk by chunk.
 VARIANTS = {"default": [], "no_full_isl": ["+backend.options.scheduler.scheduler_reserve_full_isl=false"]}
@@ -71,9 +73,10 @@ def run_cell_pair(name: str, system: str, variant: str, out_dir: Path, force: bo
 def rows_for(names: list[str], out_dir: Path, force: bool) -> list[dict]:
     rows = []
     for name in names:
-        for (system, hybrid), variant in ((p, v) for p in PAIRS for v in VARIANTS):
+        for (system, hybrid), variant in ((p, v) for p in PAIRS + JENGA_PAIRS for v in VARIANTS):
             sim, sched = run_cell_pair(name, system, variant, out_dir, force)
-            row = {"cell": name, "sim_system": system, "vllm_hybrid": "on" if hybrid else "off", "variant": variant,
+            row = {"cell": name, "sim_system": system, "vllm_hybrid": hybrid if isinstance(hybrid, str) else "on" if hybrid else "off",
+                   "variant": variant,
                    "sim_status": sim.get("status"), "vllm_sched_status": sched.get("status")}
             for m in METRICS:
                 a, b = sim.get(m), sched.get(m)
