@@ -1,9 +1,9 @@
 """Cross-check of our simulator against vLLM's own scheduler (``make crosscheck``).
 
 On the same cells, ``backend=sim`` with ``system=vllm`` / ``hybrid_groups`` / ``jenga`` is compared
-with ``backend=vllm_sched`` with the hybrid KV cache manager off / on / the jenga_vllm plugin. Both use the same step-time model
-and the same KV byte budget, so every difference comes from scheduling (admission, chunking,
-preemption) and the KV cache manager (placement, freeing, prefix caching). Writes
+with ``backend=vllm_sched`` with the hybrid KV cache manager off / on / the jenga_vllm plugin. Both
+use the same step-time model and the same KV byte budget, so every difference comes from scheduling
+(admission, chunking, preemption) and the KV cache manager (placement, freeing, prefix caching). Writes
 ``results/crosscheck/crosscheck.csv`` and ``results/crosscheck/table.md``; the explanation of every
 difference above 5 % lives in ``results/crosscheck/CROSSCHECK.md``.
 
