@@ -168,10 +168,10 @@ def check(models: list[str], kv_bytes: int = KV_BYTES) -> dict:
     # vLLM loads its plugins once per process, at the first engine: the plugin arms run first with
     # JENGA_VLLM=1 so the entry point installs the hooks; the stock arms switch it off per engine
     # (every hook checks it when called).
+    from harness.vllm_plan import require_vllm
     os.environ["JENGA_VLLM"] = "1"
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    require_vllm()  # VLLM_TARGET_DEVICE (cpu unless a GPU is visible), HF_HUB_OFFLINE
     with tempfile.TemporaryDirectory(prefix="jenga_plugin_check_") as tmp:
         runs = {}
         for name in models:
