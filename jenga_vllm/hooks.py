@@ -130,12 +130,12 @@ def patch_planner_v033() -> None:
     builder = make_builder_v033()
     sys.modules["jenga_vllm"].JengaKVCacheConfigBuilder = builder
     pcls = type(current_platform)
-    orig_sel = pcls.get_kv_cache_config_builder_cls.__func__
+    orig_sel = pcls.get_kv_cache_config_builder_cls  # bound to the platform class
 
     def get_kv_cache_config_builder_cls(cls, vllm_config):
         if _enabled():
             return "jenga_vllm.JengaKVCacheConfigBuilder"
-        return orig_sel(cls, vllm_config)
+        return orig_sel(vllm_config)
 
     pcls.get_kv_cache_config_builder_cls = classmethod(get_kv_cache_config_builder_cls)
     if hasattr(kp, "_max_memory_usage_bytes_from_groups"):  # v0.33.0: module function, builder first
