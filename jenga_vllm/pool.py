@@ -233,6 +233,16 @@ class FacadePool:
         self.enable_kv_cache_events = enable_kv_cache_events
         self.num_gpu_blocks = alloc.pool.num_large
         self.null_block = None
+        self.hash_block_size = alloc.groups[0].hash_block_size if alloc.groups else None
+
+    def __getattr__(self, name: str):
+        # A one-type model gets vLLM's UnitaryKVCacheCoordinator, which reads its single pool through
+        # the coordinator's; with several types every manager uses its own pool.
+        groups = self.__dict__.get("alloc").groups
+        if len(groups) == 1:
+            return getattr(groups[0], name)
+        raise AttributeError(f"jenga_vllm FacadePool has no {name!r}: with several layer types each "
+                             "manager's own pool answers")
 
     def get_num_free_blocks(self) -> int:
         return self.alloc.num_available_large()

@@ -160,6 +160,19 @@ def test_stress_random_workloads_keep_invariants(seed, kv_bytes):
     assert r.meta["jenga_allocator"].get("unreserved_pages", 0) == 0
 
 
+def test_one_layer_type_runs_under_the_unitary_coordinator():
+    import dataclasses
+
+    from harness import vllm_sched
+    from jenga.spec import FullAttentionSpec
+    full = dataclasses.replace(tiny_profile(), name="tiny_full", architecture="LlamaForCausalLM",
+                               layer_kinds=("full",) * 4, specs=(FullAttentionSpec("full", 4, 256),))
+    cell = _stress_cell("jenga", 1_300_000, "+backend.options.check_invariants=true")
+    r = vllm_sched.run_cell(cell, full, _stress_workload())
+    assert r.meta["kv_cache"]["jenga"]["layers_per_group"] == [4] and r.metrics["num_ignored"] == 0
+    assert r.metrics["prefix_hit_tokens"] > 0
+
+
 def test_vllm_sched_jenga_is_the_plugin_and_says_so():
     from harness import vllm_sched
     r = vllm_sched.run_cell(_stress_cell("jenga", 2_400_000), tiny_profile(), _stress_workload()[:4])
