@@ -171,6 +171,7 @@ def check(models: list[str], kv_bytes: int = KV_BYTES) -> dict:
     from harness.vllm_plan import require_vllm
     os.environ["JENGA_VLLM"] = "1"
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # stdout keeps only the summary line
     require_vllm()  # VLLM_TARGET_DEVICE (cpu unless a GPU is visible), HF_HUB_OFFLINE
     with tempfile.TemporaryDirectory(prefix="jenga_plugin_check_") as tmp:
         runs = {}
