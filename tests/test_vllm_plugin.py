@@ -160,6 +160,19 @@ def test_stress_random_workloads_keep_invariants(seed, kv_bytes):
     assert r.meta["jenga_allocator"].get("unreserved_pages", 0) == 0
 
 
+def test_watermark_refusals_after_a_reservation_return_the_pages():
+    # vLLM checks its watermark after asking how many blocks a step needs: a reservation made for a
+    # step vLLM then refuses must go back to the pool (release_stale) with the invariants intact.
+    from harness import vllm_sched
+    cell = _stress_cell("jenga", 1_700_000, "+backend.options.check_invariants=true",
+                        "+backend.options.scheduler.watermark=0.2",
+                        "+backend.options.prefix_cache_retention_interval=dense")
+    r = vllm_sched.run_cell(cell, tiny_profile(num_layers=5), _stress_workload(2))
+    alloc = r.meta["jenga_allocator"]
+    assert r.metrics["num_ignored"] == 0 and alloc["used_small_pages"] == [0, 0]
+    assert alloc["reservation_returned"] > 0
+
+
 def test_one_layer_type_runs_under_the_unitary_coordinator():
     import dataclasses
 
