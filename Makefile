@@ -7,7 +7,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-stamp
 ARGS ?=
 
-.PHONY: setup test bench lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm crosscheck gpu-fig14 clean pages
+.PHONY: setup test bench lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm plugin-check crosscheck gpu-fig14 clean pages
 
 setup: $(STAMP)
 
@@ -97,8 +97,14 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_PY) -c "import vllm, harness; print('vllm', vllm.__version__, 'ready in $(VLLM_VENV)')"
 	touch $(VLLM_STAMP)
 
+# --dist loadfile: each file's engine runs (module fixtures) stay in one worker.
 test-vllm: $(VLLM_STAMP)
-	HF_HUB_OFFLINE=1 $(VLLM_PY) -m pytest -q -m vllm tests
+	HF_HUB_OFFLINE=1 $(VLLM_PY) -m pytest -q -m vllm -n 2 --dist loadfile tests
+
+# Issue 11: the jenga_vllm plugin inside the real engine vs stock vLLM with the hybrid manager on and
+# off, bit for bit, on random-weight tiny checkpoints; one summary line, non-zero exit on a mismatch.
+plugin-check: $(VLLM_STAMP)
+	HF_HUB_OFFLINE=1 $(VLLM_PY) -m harness.vllm_plugin_check $(ARGS)
 
 crosscheck: $(VLLM_STAMP)
 	HF_HUB_OFFLINE=1 $(VLLM_PY) -m harness.crosscheck $(ARGS)

@@ -2,7 +2,7 @@
 
 On the same cells, ``backend=sim`` with ``system=vllm`` / ``vllm_current`` (today's vLLM, D1-D3 of
 CROSSCHECK.md) is compared with ``backend=vllm_sched`` (vLLM 0.32) with the hybrid KV cache manager
-off / on, in two variants: vLLM's full-prompt admission gate on (its default) and off, set on both
+off / on (and ``jenga`` against ``vllm_sched`` running the jenga_vllm plugin), in two variants: vLLM's full-prompt admission gate on (its default) and off, set on both
 sides through ``engine.full_prompt_admission``. ``hybrid_groups`` is the April-2025 manager the paper
 compared against and is not expected to match vLLM 0.32. The run ends with one line,
 ``crosscheck: worst throughput gap X.X % (cell, variant)``, over every row. Both use the same step-time model
@@ -47,6 +47,8 @@ CELLS: dict[str, list[str]] = {
                               "engine.max_num_batched_tokens=2048", "engine.enable_prefix_caching=false"],
 }
 PAIRS = (("vllm", False), ("vllm_current", True))   # sim system ↔ vllm_sched hybrid manager
+# sim jenga ↔ vllm_sched jenga: jenga/'s allocator in the simulator vs inside vLLM's scheduler (jenga_vllm).
+JENGA_PAIRS = (("jenga", "jenga plugin"),)
 # vLLM 0.32's scheduler admits a request only if its whole prompt fits (scheduler_reserve_full_isl,
 # default on); the April-2025 V1 engine the sim's v1 policy follows admitted chunk by chunk. The sim
 # models the gate (engine.full_prompt_admission), so each variant sets it on both sides.
@@ -76,9 +78,10 @@ def run_cell_pair(name: str, system: str, variant: str, out_dir: Path, force: bo
 def rows_for(names: list[str], out_dir: Path, force: bool) -> list[dict]:
     rows = []
     for name in names:
-        for (system, hybrid), variant in ((p, v) for p in PAIRS for v in VARIANTS):
+        for (system, hybrid), variant in ((p, v) for p in PAIRS + JENGA_PAIRS for v in VARIANTS):
             sim, sched = run_cell_pair(name, system, variant, out_dir, force)
-            row = {"cell": name, "sim_system": system, "vllm_hybrid": "on" if hybrid else "off", "variant": variant,
+            row = {"cell": name, "sim_system": system, "vllm_hybrid": hybrid if isinstance(hybrid, str) else "on" if hybrid else "off",
+                   "variant": variant,
                    "sim_status": sim.get("status"), "vllm_sched_status": sched.get("status")}
             for m in METRICS:
                 a, b = sim.get(m), sched.get(m)

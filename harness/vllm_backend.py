@@ -8,8 +8,9 @@ step stats and what vLLM resolved. A crash, OOM or timeout ends that cell only: 
 raises with the child's error and log tail, and ``harness.run`` writes the failure record.
 
 System ↔ vLLM (as in ``backend=vllm_sched``): ``vllm`` → hybrid KV cache manager off;
-``hybrid_groups`` → on; ``jenga`` → on, and the record's ``allocator`` says vLLM's hybrid manager
-ran (the paper's LCM allocator does not run inside vLLM).
+``hybrid_groups`` → on; ``jenga`` → the jenga_vllm plugin (``JENGA_VLLM=1`` in the child's
+environment: one KV-cache group per layer type, page-layer layout, ``jenga/``'s LCM pool; the
+record's ``allocator`` says ``jenga_lcm`` only if the child's engine really ran it).
 
 Backend options (``backend.options``): ``engine_args`` (extra vLLM ``EngineArgs``, checked by
 name in the child), ``prefix_cache_retention_interval`` (pinned; default 0 as ``vllm serve``),
@@ -132,9 +133,9 @@ def _tail(path: Path, n: int = 4000) -> str:
         return ""
 
 
-def launch(python: str, workdir: Path, timeout_s: float) -> dict:
+def launch(python: str, workdir: Path, timeout_s: float, jenga: bool = False) -> dict:
     """Run the child on ``workdir``; return its result or raise with its error and log tail."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0",
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0", JENGA_VLLM="1" if jenga else "0",
                PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     log = workdir / "worker.log"
     with open(log, "w") as f:
@@ -195,13 +196,15 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
         (workdir / "requests.json").write_text(json.dumps([
             {"request_id": r.request_id, "arrival_time": float(r.arrival_time), "output_len": int(r.output_len),
              "prompt_token_ids": [int(t) for t in r.prompt_token_ids]} for r in requests]))
-        result = launch(python, workdir, float(options.get("timeout_s", 3600)))
+        result = launch(python, workdir, float(options.get("timeout_s", 3600)), jenga=system == "jenga")
     finally:
         if not options.get("keep_workdir"):
             shutil.rmtree(workdir, ignore_errors=True)
     resolved = result["resolved"]
     in_effect = bool(resolved.get("hybrid_kv_cache_manager_in_effect"))
-    meta = {"simulated": False, "allocator": allocator_name(not resolved.get("disable_hybrid_kv_cache_manager")),
+    ran_jenga = resolved.get("jenga_allocator") is not None
+    meta = {"simulated": False, "allocator": allocator_name(not resolved.get("disable_hybrid_kv_cache_manager"),
+                                                            ran_jenga),
             "requested_system": system, "hybrid_kv_cache_manager_requested": hybrid,
             "hybrid_kv_cache_manager_in_effect": in_effect, "resolved": resolved,
             "kv_cache": resolved.get("kv_cache"), "versions": result["versions"] | dists,

@@ -2,10 +2,10 @@
 
 Takes ``experiments/fig14.yaml`` (the artifact's settings per model), keeps the cells vLLM can
 serve from a written ``config.json`` with dummy weights and that fit the visible GPUs, and runs
-each with the hybrid KV cache manager off (``system=vllm``) and on (``system=hybrid_groups``;
-``jenga`` too, which on this backend records that vLLM's hybrid manager ran). Mamba hybrids
-cannot start with the hybrid manager off, so Jamba runs on/jenga only with ``hybrid_groups`` as its
-baseline. Cells vLLM cannot serve are listed with the reason (Llama-3.2-Vision: not served since
+each with the hybrid KV cache manager off (``system=vllm``), on (``system=hybrid_groups``) and
+with the jenga_vllm plugin (``system=jenga``: jenga/'s LCM allocator inside the engine). Mamba
+hybrids cannot start with the hybrid manager off and the plugin refuses them (vLLM zeroes and
+copies Mamba blocks over one flat id space), so Jamba runs ``hybrid_groups`` only. Cells vLLM cannot serve are listed with the reason (Llama-3.2-Vision: not served since
 vLLM 0.11; character.ai: cross-layer KV sharing; PyramidKV: token dropping; Llama 4: chunked
 attention config not written here). The generated experiment file and the summary go to
 ``results/fig14_vllm/`` (never over the simulator's reference outputs).
@@ -67,11 +67,13 @@ def build(gpu: str, num_gpus: int, source: Path = REPO_ROOT / "experiments" / "f
             skipped.append(f"{model}: {reason}")
             continue
         is_mamba = "jamba" in model
-        cell["systems"] = ["hybrid_groups", "jenga"] if is_mamba else ["vllm", "hybrid_groups", "jenga"]
+        if is_mamba:
+            skipped.append(f"{model} system=jenga: the jenga_vllm plugin refuses Mamba hybrids")
+        cell["systems"] = ["hybrid_groups"] if is_mamba else ["vllm", "hybrid_groups", "jenga"]
         cell["baseline"] = "hybrid_groups" if is_mamba else "vllm"
         cells.append(cell)
     out = {"name": "fig14_vllm", "gpu": gpu,
-           "description": "Fig. 14 cells on the real vLLM engine: hybrid KV cache manager off vs on",
+           "description": "Fig. 14 cells on the real vLLM engine: hybrid KV cache manager off, on, jenga_vllm plugin",
            "systems": ["vllm", "hybrid_groups", "jenga"], "seeds": exp.get("seeds", [0]), "cells": cells}
     return out, skipped
 

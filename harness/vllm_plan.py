@@ -247,19 +247,28 @@ def describe_kv_cache_config(kvc) -> dict:
                        "num_layers": len(g.layer_names), "page_size_bytes": int(s.page_size_bytes),
                        "sliding_window": getattr(s, "sliding_window", None),
                        "attention_chunk_size": getattr(s, "attention_chunk_size", None)})
-    return {"num_blocks": int(kvc.num_blocks), "kv_cache_groups": groups,
-            "bytes_per_block": max((g["page_size_bytes"] * g["num_layers"] for g in groups), default=0),
-            "prefix_cache_retention_interval": getattr(kvc, "prefix_cache_retention_interval", None)}
+    out = {"num_blocks": int(kvc.num_blocks), "kv_cache_groups": groups,
+           "bytes_per_block": max((g["page_size_bytes"] * g["num_layers"] for g in groups), default=0),
+           "prefix_cache_retention_interval": getattr(kvc, "prefix_cache_retention_interval", None)}
+    if getattr(kvc, "large_page_bytes", 0):  # jenga_vllm's plan: num_blocks counts LCM large pages
+        from jenga_vllm.plan import describe
+        out["bytes_per_block"] = int(kvc.large_page_bytes)
+        out["jenga"] = describe(kvc)
+    return out
 
 
-def plan_kv_cache(vc, layer_specs: dict, kv_bytes: int) -> PlannedKV:
-    """Run vLLM's planner as ``EngineCore._initialize_kv_caches`` does, for one worker."""
+def plan_kv_cache(vc, layer_specs: dict, kv_bytes: int, jenga: bool = False) -> PlannedKV:
+    """Run vLLM's planner as ``EngineCore._initialize_kv_caches`` does, for one worker; with
+    ``jenga`` the plugin's planner instead (one group per layer type, LCM large pages; jenga_vllm)."""
     try:  # 0.33 moved the planner to kv_cache_planning and added a 4th argument
         from vllm.v1.core import kv_cache_planning as planning  # type: ignore[attr-defined]
     except ImportError:
         planning = None
     from vllm.v1.core import kv_cache_utils as ku
-    if planning is not None and hasattr(planning, "get_global_kv_cache_groups"):
+    if jenga:
+        from jenga_vllm.plan import plan_for_scheduler
+        configs = [plan_for_scheduler(vc, layer_specs, kv_bytes)]
+    elif planning is not None and hasattr(planning, "get_global_kv_cache_groups"):
         groups = planning.get_global_kv_cache_groups(vc, [layer_specs])
         configs = planning.get_kv_cache_configs(vc, [layer_specs], [int(kv_bytes)], groups)
     else:

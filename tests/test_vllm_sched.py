@@ -58,9 +58,10 @@ def test_hybrid_manager_on_doubles_blocks_and_concurrency_at_equal_bytes():
     assert off.metrics["waste_fraction"] > 0.2 > on.metrics["waste_fraction"] >= 0.0
 
 
-def test_jenga_on_vllm_runs_vllms_hybrid_manager_and_says_so():
+def test_jenga_on_vllm_sched_runs_the_plugin_and_says_so():
     r = run("jenga", workload(2, 0, 64, 4))
-    assert r.meta["requested_system"] == "jenga" and r.meta["allocator"] == "vllm_hybrid_kv_cache_manager"
+    assert r.meta["requested_system"] == "jenga" and r.meta["allocator"].startswith("jenga_lcm")
+    assert r.meta["kv_cache"]["jenga"]["layers_per_group"] == [2, 2]  # one group per layer type
 
 
 @pytest.mark.parametrize("system", ["vllm", "hybrid_groups"])
