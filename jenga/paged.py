@@ -17,6 +17,7 @@ import math
 
 from jenga.flat_pages import FlatPagePool, PartitionedPool
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
+from jenga.journal import Journal
 from jenga.pages import LcmPagePool
 from jenga.policies import policy_for
 from jenga.prefix import PrefixCacheMixin
@@ -62,6 +63,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.dup_bytes = 0  # held data bytes counted twice (pages shared by running requests)
         self.shared_data: dict[tuple[int, int], int] = {}
         self.extra_counts = {"hit_lost_tokens": 0, "retry_tight": 0}
+        self._j: Journal | None = None  # undo log of an allocation that may fail
         token_tpps = [s.tokens_per_page for s in self.types if not (s.policy.image_based or s.policy.state_based)]
         self.hash_block = math.gcd(*token_tpps) if token_tpps else tokens_per_page
         # Per type, for the hot accounting loop: (policy, tokens/page, data bytes/token, kind, state).
@@ -92,20 +94,46 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         rs = self.reqs.get(request.request_id)
         return 0 if rs is None else rs.T
 
+    # -- undo log: a failed allocate changes nothing (jenga/journal.py says why a log) ---------------
+    _journal_attrs: tuple[str, ...] = ("now", "dup_bytes", "tot_needed", "tot_held")
+
+    def _sure_fit(self, rs: ReqState | None, demand: dict[int, int], owner: object) -> bool:
+        """True when this allocation cannot fail, so it needs no undo log: no new page, or the
+        pool has them without evicting. (Released pages and pinned hits never take room.)"""
+        return not demand or self.pool.sure_fit(demand, owner)
+
+    def _begin(self, rs: ReqState | None) -> Journal:
+        j = Journal()
+        for name in self._journal_attrs:
+            j.attr(self, name)
+        j.contents(self.extra_counts)
+        if rs is not None:
+            for name in ("prev", "T", "contrib", "transients"):
+                j.attr(rs, name)
+            j.contents(rs.held)
+        self.pool.begin(j)
+        self._j = j
+        return j
+
+    def _end(self, j: Journal | None, ok: bool) -> bool:
+        if j is not None:
+            self._j = None
+            self.pool.begin(None)
+            if not ok:
+                j.undo()
+        elif not ok:
+            raise AssertionError(f"{self.system_name}: allocation failed where the pool promised room "
+                                 "(_sure_fit is wrong)")
+        return ok
+
     def allocate(self, request: RequestView, num_new_tokens: int) -> bool:
         if not isinstance(num_new_tokens, int) or isinstance(num_new_tokens, bool) or num_new_tokens < 0:
             raise SpecError(f"num_new_tokens must be an integer >= 0, got {num_new_tokens!r}")
         rs = self.reqs.get(request.request_id)
-        self.now += 1
         if rs is None:
             return self._allocate_new(request, num_new_tokens)
         if num_new_tokens == 0:
             return True
-        # Tokens allocated so far are computed now: last step's transient pages join the cache and
-        # pages no layer reads any more are released (stale).
-        if rs.transients:
-            self._release_transients(rs)
-        cache = self.enable_prefix_cache
         prev, T = rs.T, rs.T + num_new_tokens
         plans, demand = [], {}
         for t, st in enumerate(self.types):
@@ -115,19 +143,23 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 plans.append(None)
                 continue
             gone, fresh = diff_intervals(old, new_iv)
-            if gone:
-                self._release_pages(rs, t, gone, stale=True)
-            plans.append((new_iv, fresh))
+            plans.append((new_iv, fresh, gone))
             if fresh:
                 demand[t] = len(fresh)
+        j = None if self._sure_fit(rs, demand, rs.rid) else self._begin(rs)
+        self.now += 1
+        # Tokens allocated so far are computed now: last step's transient pages join the cache and
+        # pages no layer reads any more are released (stale).
+        if rs.transients:
+            self._release_transients(rs)
+        for t, plan in enumerate(plans):
+            if plan is not None and plan[2]:
+                self._release_pages(rs, t, plan[2], stale=True)
         rs.prev = prev
         if not self._fits(rs, prev, T, demand, {}) or (demand and not self._alloc_pages(rs, plans, {}, T)):
-            for t, plan in enumerate(plans):
-                if plan is not None:
-                    st = self.types[t]
-                    rs.held[t] = st.policy.held_intervals(rs, prev, rs.T, st.tokens_per_page)
-            self._account(rs)
-            return False
+            return self._end(j, False)
+        self._end(j, True)
+        cache = self.enable_prefix_cache
         for t, plan in enumerate(plans):
             if plan is not None:
                 rs.held[t] = plan[0]
@@ -146,7 +178,6 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         rs = ReqState(rid, len(request.prompt_token_ids), image_infos(request, self.images_in_prompt),
                       len(self.types), hasher)
         prev = self._longest_hit(hasher, rs.images, hit) if hit else 0
-        self.extra_counts["hit_lost_tokens"] += hit - prev
         T = hit + n
         plans, demand = [], {}
         for t, st in enumerate(self.types):
@@ -158,10 +189,13 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         hits = self._plan_hits(rs, plans, prev) if self.enable_prefix_cache else {}
         for t, js in hits.items():
             demand[t] -= len(js)
-        if not self._fits(rs, prev, T, {t: c for t, c in demand.items() if c > 0}, hits):
-            return False
-        if not self._alloc_pages(rs, plans, hits, T):
-            return False
+        demand = {t: c for t, c in demand.items() if c > 0}
+        j = None if self._sure_fit(None, demand, rid) else self._begin(None)
+        self.now += 1
+        self.extra_counts["hit_lost_tokens"] += hit - prev
+        if not self._fits(rs, prev, T, demand, hits) or not self._alloc_pages(rs, plans, hits, T):
+            return self._end(j, False)
+        self._end(j, True)
         for t, (new_iv, _) in enumerate(plans):
             rs.held[t] = new_iv
         rs.prev, rs.T = prev, T
@@ -204,6 +238,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 sid = alloc(t, rid, tight)
                 if sid is None:
                     return False
+                if self._j is not None:
+                    self._j.item(ref, sid)
                 ref[sid] = 1
                 pages[j] = sid
                 done.append((t, j, sid))
@@ -250,6 +286,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         pol, tpp, pages = st.policy, st.tokens_per_page, rs.pages[t]
         ts = pol.update_last_access(self.now, not stale)
         cache = self.enable_prefix_cache
+        if self._j is not None:
+            self._j.contents(pages)  # its order is the order pages are released on free
         for j in js:
             sid = pages.pop(j)
             key = self._page_key(rs, t, j, rs.T) if cache else None

@@ -48,6 +48,28 @@ class ExactPool:
         self.on_evict: EvictHook = lambda t, sid: None
         self.path_counts = {"evict": 0}
         self._next = 0
+        self._j = None
+
+    def begin(self, j) -> None:
+        """Log every change into ``j`` until ``begin(None)`` (see jenga/journal.py)."""
+        self._j = j
+        if self.evictor is not None:
+            self.evictor._j = j
+        if j is not None:
+            for x in (self.used, self.cached, self.path_counts):
+                j.contents(x)
+            j.attr(self, "cached_bytes")
+            j.attr(self, "_next")
+
+    def sure_fit(self, demand: dict[int, int], owner: object = None) -> bool:
+        return True  # page names never run out; bytes are the manager's _fits
+
+    def set_data(self, key: tuple[int, int], data: int) -> None:
+        """Record what a page costs once cached (first writer wins)."""
+        if key not in self.data:
+            if self._j is not None:
+                self._j.item(self.data, key)
+            self.data[key] = data
 
     def stranded_bytes(self) -> int:
         return 0
@@ -63,10 +85,13 @@ class ExactPool:
 
     def free(self, t: int, sid: int) -> None:
         self.used[t] -= 1
+        if self._j is not None:
+            self._j.item(self.data, (t, sid))
         self.data.pop((t, sid), None)
 
     def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
-        b = self.data.setdefault((t, sid), self.page_bytes[t])
+        self.set_data((t, sid), self.page_bytes[t])
+        b = self.data[(t, sid)]
         self.used[t] -= 1
         self.cached[t] += 1
         self.cached_bytes += b
@@ -98,6 +123,8 @@ class ExactPool:
         for t, sid in victims:
             self.evictor.remove(t, sid)
             self.cached[t] -= 1
+            if self._j is not None:
+                self._j.item(self.data, (t, sid))
             self.cached_bytes -= self.data.pop((t, sid))
             self.on_evict(t, sid)
             self.path_counts["evict"] += 1
@@ -112,6 +139,12 @@ class Oracle(PagedManager):
                  enable_prefix_cache: bool = False, **options):
         self.transient_bytes = 0  # Mamba checkpoints held for one step (cache content in the making)
         super().__init__(specs, capacity_bytes, tokens_per_page, enable_prefix_cache, **options)
+
+    # Every allocation of the oracle can fail (bytes, not pages): always keep the undo log.
+    _journal_attrs = (*PagedManager._journal_attrs, "transient_bytes")
+
+    def _sure_fit(self, rs, demand, owner) -> bool:
+        return False
 
     def _make_pool(self, **options) -> ExactPool:
         return ExactPool([st.page_bytes for st in self.types], self.capacity_bytes, self.enable_prefix_cache)
@@ -152,7 +185,7 @@ class Oracle(PagedManager):
 
     def _unref(self, t: int, sid: int, ts: int, plen: int, key, data: int) -> None:
         if self.ref[t][sid] == 1:
-            self.pool.data.setdefault((t, sid), data)  # what the page costs if it stays cached
+            self.pool.set_data((t, sid), data)  # what the page costs if it stays cached
         super()._unref(t, sid, ts, plen, key, data)
 
     # Mamba checkpoints are real copies of the state: count them while a request holds them.

@@ -1,0 +1,69 @@
+"""Issue 12 ("what the fuzzer broke in jenga/"): a failed ``allocate`` changes nothing, and the
+oracle never over-commits. Each test failed on the code before the fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+import jenga
+from jenga import FullAttentionSpec, MambaSpec, SlidingWindowSpec, make_manager
+from jenga.paged import PagedManager
+from jenga.testing import check_invariants, state_fingerprint
+
+
+@dataclass
+class Req:
+    request_id: str
+    prompt_token_ids: list
+    images: tuple = ()
+    output_token_ids: list = field(default_factory=list)
+
+
+def _request_state(m, rid):
+    rs = m.reqs[rid]
+    return (rs.prev, rs.T, [dict(p) for p in rs.pages], [list(h) for h in rs.held], rs.contrib, list(rs.transients))
+
+
+@pytest.mark.parametrize("system", jenga.SYSTEM_NAMES)
+def test_failed_allocate_changes_nothing(system):
+    """The fuzzer's stream: lookup -> allocate -> a huge allocate that fails. Before the fix the
+    failed call advanced ``rs.prev`` and freed the sliding-window request's out-of-window pages
+    (jenga: needed bytes 21312 -> 21696)."""
+    specs = [FullAttentionSpec("full", 2, 64), SlidingWindowSpec("swa", 3, 64, window=5)]
+    m = make_manager(system, specs, 66882, tokens_per_page=8, enable_prefix_cache=True)
+    assert m.allocate(Req("r0", list(range(500, 529)) + list(range(10000, 10034))), 63)
+    r2 = Req("r2", list(range(500, 602)) + list(range(10200, 10221)))
+    assert m.lookup_prefix(r2) == 24
+    assert m.allocate(r2, 6)
+    usage, state, whole = m.usage(), _request_state(m, "r2"), state_fingerprint(m)
+    assert not m.allocate(r2, 40366)
+    assert m.usage() == usage
+    assert _request_state(m, "r2") == state
+    assert state_fingerprint(m) == whole  # pool, cache index, counters: everything
+    check_invariants(m)
+    # The request goes on as if the failed call never happened (its window slides then).
+    assert m.allocate(r2, 1) and m.num_computed_tokens(r2) == 31
+    check_invariants(m)
+
+
+@pytest.mark.parametrize("system", jenga.SYSTEM_NAMES)
+def test_failed_first_allocate_keeps_cache(system):
+    """A new request whose hit is pinned and whose fresh pages do not fit: the cached pages it
+    would have evicted on the way stay cached (before: "cached pages evicted on the way stay
+    evicted")."""
+    specs = [FullAttentionSpec("full", 1, 64), SlidingWindowSpec("swa", 1, 64, window=8)]
+    geo = jenga.page_geometry(specs, 4)
+    m = make_manager(system, specs, geo.large_page_bytes * 24, tokens_per_page=4, enable_prefix_cache=True)
+    for i in range(3):  # three finished requests leave their pages cached
+        r = Req(f"old{i}", list(range(1000 * i, 1000 * i + 20)))
+        assert m.allocate(r, 20)
+        m.free(r)
+    big = Req("big", list(range(0, 8)) + list(range(50_000, 50_400)))
+    m.lookup_prefix(big)
+    usage, whole = m.usage(), state_fingerprint(m)
+    assert not m.allocate(big, 400)
+    assert m.usage() == usage and state_fingerprint(m) == whole
+    assert m.num_computed_tokens(big) == 0
+    check_invariants(m) if isinstance(m, PagedManager) else m.usage().check()
