@@ -7,7 +7,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-stamp
 ARGS ?=
 
-.PHONY: setup test bench lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm crosscheck gpu-fig14 clean pages
+.PHONY: setup test bench fuzz lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm crosscheck gpu-fig14 clean pages
 
 setup: $(STAMP)
 
@@ -30,6 +30,12 @@ bench: $(STAMP)
 	$(PY) -m bench.allocator $(ARGS)
 	@if [ -x $(VLLM_VENV)/bin/python ]; then $(VLLM_VENV)/bin/python -m bench.vllm_blockpool; \
 	else echo "vLLM BlockPool bench skipped: run make setup-vllm"; fi
+
+# Random allocator streams (jenga/fuzz.py): every system (oracle included) and layer mix, failed
+# allocates and double frees, every invariant checked after every operation; minutes.
+# ARGS="--seeds 0:20000", "--system oracle", "--mix coprime", "--seeds 123 -v" (replay one stream).
+fuzz: $(STAMP)
+	$(PY) -m jenga.fuzz $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check jenga harness tests bench

@@ -131,7 +131,8 @@ _NOT_STATE = frozenset({"hasher", "_bases", "_j", "on_evict", "_on_evict", "poli
 
 
 # Dicts only ever looked up (never iterated by the allocator): their insertion order is not state.
-_LOOKUP_ONLY = frozenset({"ref", "page_key", "index", "shared_data", "_key", "data", "owner_lps", "pending"})
+_LOOKUP_ONLY = frozenset({"ref", "page_key", "index", "shared_data", "_key", "data", "owner_lps", "owner_partial",
+                          "pending"})
 
 
 def state_fingerprint(mgr) -> object:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from jenga.evictor import PrefixSubsetEvictor
 from jenga.paged import PagedManager
 from jenga.pages import EvictHook
+from jenga.policies import CrossPolicy, FullPolicy, MambaPolicy
 from jenga.reqstate import ReqState
 
 
@@ -146,6 +147,20 @@ class Oracle(PagedManager):
     def _sure_fit(self, rs, demand, owner) -> bool:
         return False
 
+    def _whole_page_reader(self, t: int) -> bool:
+        """True when every reader of a page of type ``t`` reads all of it for as long as it holds it
+        (full and cross attention, Mamba states): such a page shared by ``k`` running requests is
+        counted once, its data subtracted ``k - 1`` times (``dup_bytes``). Types whose readers read
+        only part of a page that shrinks as they advance (sliding window, chunked local, token drop,
+        vision embeddings) are counted once per reader: the union of the readers' parts would need
+        every reader's window per page, and subtracting the whole page under-counted, so freeing one
+        reader made the running bytes *grow* past the capacity (issue 12: token drop, KV sharing).
+        Per reader is never below the union, so the bound stays a bound."""
+        return isinstance(self.types[t].policy, (FullPolicy, CrossPolicy, MambaPolicy))
+
+    def _pin(self, t: int, sid: int, data: int, undo: list) -> None:
+        super()._pin(t, sid, data if self._whole_page_reader(t) else 0, undo)
+
     def _make_pool(self, **options) -> ExactPool:
         return ExactPool([st.page_bytes for st in self.types], self.capacity_bytes, self.enable_prefix_cache)
 
@@ -159,7 +174,8 @@ class Oracle(PagedManager):
         for t, js in hits.items():
             for j, sid in js:
                 if self.ref[t].get(sid, 0):
-                    shared += self._page_data(rs, t, j, T)  # already stored once for its other reader
+                    if self._whole_page_reader(t):  # already stored once for its other reader
+                        shared += self._page_data(rs, t, j, T)
                 else:
                     keep.add((t, sid))
                     pinned += self.pool.data[(t, sid)]  # leaves the cache, counted in new_needed
@@ -190,6 +206,9 @@ class Oracle(PagedManager):
 
     # Mamba checkpoints are real copies of the state: count them while a request holds them.
     def _snapshot_mamba(self, rs: ReqState, prev: int, T: int) -> None:
+        # The manager accounts the request's new tokens after the snapshots; count them first, or
+        # the checkpoints fill room the request itself is about to take (issue 12: free bytes < 0).
+        self._account(rs)
         n0 = len(rs.transients)
         super()._snapshot_mamba(rs, prev, T)
         # Best effort, as in the paged managers: keep only the snapshots that fit next to the
