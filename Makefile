@@ -26,10 +26,12 @@ test: $(STAMP)
 pages: $(STAMP)
 	$(PY) -m harness.pages $(ARGS)
 
+# Per-system allocator cost (ours), then like for like against vLLM in one run (same stream, same
+# level: LCM pool vs BlockPool, JengaManager.allocate vs KVCacheManager.allocate_slots).
 bench: $(STAMP)
 	$(PY) -m bench.allocator $(ARGS)
 	@if [ -x $(VLLM_VENV)/bin/python ]; then $(VLLM_VENV)/bin/python -m bench.vllm_blockpool; \
-	else echo "vLLM BlockPool bench skipped: run make setup-vllm"; fi
+	else echo "pool/manager comparison with vLLM skipped: vLLM is not installed (make setup-vllm)"; fi
 
 # Random allocator streams (jenga/fuzz.py): every system (oracle included) and layer mix, failed
 # allocates and double frees, every invariant checked after every operation; minutes.

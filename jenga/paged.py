@@ -19,7 +19,7 @@ from jenga.flat_pages import FlatPagePool, PartitionedPool
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
 from jenga.pages import LcmPagePool
-from jenga.policies import policy_for
+from jenga.policies import FullPolicy, policy_for
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
 from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SpecError, page_geometry
@@ -49,6 +49,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.images_in_prompt = not any(isinstance(s, CrossAttentionSpec) for s in self.specs)
         self.types: list[StorageType] = self._storage_types(**options)
         self.acct = [policy_for(s) for s in self._accounted_specs()]
+        self._full_bpt = sum(p.bytes_per_token for p in self.acct if type(p) is FullPolicy)
+        self._acct_other = [p for p in self.acct if type(p) is not FullPolicy]
         self.pool: Pool = self._make_pool(**options)
         self.pool.on_evict = self._on_evict
         n = len(self.types)
@@ -95,6 +97,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         return 0 if rs is None else rs.T
 
     # -- undo log: a failed allocate changes nothing (jenga/journal.py says why a log) ---------------
+    # True when an allocation that takes no new page cannot fail (pages are the only limit; the
+    # oracle counts bytes and says False).
+    fits_without_pages = True
     _journal_attrs: tuple[str, ...] = ("now", "dup_bytes", "tot_needed", "tot_held")
 
     def _sure_fit(self, rs: ReqState | None, demand: dict[int, int], owner: object) -> bool:
@@ -127,25 +132,40 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         return ok
 
     def allocate(self, request: RequestView, num_new_tokens: int) -> bool:
-        if not isinstance(num_new_tokens, int) or isinstance(num_new_tokens, bool) or num_new_tokens < 0:
-            raise SpecError(f"num_new_tokens must be an integer >= 0, got {num_new_tokens!r}")
+        if type(num_new_tokens) is not int or num_new_tokens < 0:  # bool is not int here
+            if not isinstance(num_new_tokens, int) or isinstance(num_new_tokens, bool) or num_new_tokens < 0:
+                raise SpecError(f"num_new_tokens must be an integer >= 0, got {num_new_tokens!r}")
         rs = self.reqs.get(request.request_id)
         if rs is None:
             return self._allocate_new(request, num_new_tokens)
         if num_new_tokens == 0:
             return True
         prev, T = rs.T, rs.T + num_new_tokens
-        plans, demand = [], {}
-        for t, st in enumerate(self.types):
-            old = rs.held[t]
-            new_iv = st.policy.held_intervals(rs, prev, T, st.tokens_per_page)
+        plans, demand = None, {}
+        held = rs.held
+        for t, (pol, tpp, *_) in enumerate(self._tinfo):
+            old = held[t]
+            new_iv = pol.held_intervals(rs, prev, T, tpp)
             if new_iv == old:
-                plans.append(None)
                 continue
+            if plans is None:
+                plans = [None] * len(held)
             gone, fresh = diff_intervals(old, new_iv)
-            plans.append((new_iv, fresh, gone))
+            plans[t] = (new_iv, fresh, gone)
             if fresh:
                 demand[t] = len(fresh)
+        if plans is None and not rs.transients and self.fits_without_pages:
+            # The common decode step: no page to take or release, so nothing can fail (the same
+            # steps as below, minus the ones with nothing to do).
+            self.now += 1
+            rs.prev, rs.T = prev, T
+            if self.enable_prefix_cache:
+                self._register_computed(rs)
+                self._snapshot_mamba(rs, prev, T)
+            self._account(rs)
+            return True
+        if plans is None:
+            plans = [None] * len(held)
         j = None if self._sure_fit(rs, demand, rs.rid) else self._begin(rs)
         self.now += 1
         # Tokens allocated so far are computed now: last step's transient pages join the cache and
@@ -325,8 +345,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 held += state
         for x in rs.transients:
             held += x[4]
-        needed = 0
-        for p in self.acct:
+        # Full attention reads every token: T * bytes/token, summed once for all such types.
+        needed = T * self._full_bpt if T > 0 else 0
+        for p in self._acct_other:
             needed += p.needed_bytes(rs, prev, T)
         old_needed, old_held = rs.contrib
         self.tot_needed += needed - old_needed

@@ -144,6 +144,8 @@ class Oracle(PagedManager):
     # Every allocation of the oracle can fail (bytes, not pages): always keep the undo log.
     _journal_attrs = (*PagedManager._journal_attrs, "transient_bytes")
 
+    fits_without_pages = False
+
     def _sure_fit(self, rs, demand, owner) -> bool:
         return False
 
