@@ -132,9 +132,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         return ok
 
     def allocate(self, request: RequestView, num_new_tokens: int) -> bool:
-        if type(num_new_tokens) is not int or num_new_tokens < 0:  # bool is not int here
-            if not isinstance(num_new_tokens, int) or isinstance(num_new_tokens, bool) or num_new_tokens < 0:
-                raise SpecError(f"num_new_tokens must be an integer >= 0, got {num_new_tokens!r}")
+        n = num_new_tokens  # an exact int passes the first test alone (the hot path)
+        if (type(n) is not int and (not isinstance(n, int) or isinstance(n, bool))) or n < 0:
+            raise SpecError(f"num_new_tokens must be an integer >= 0, got {num_new_tokens!r}")
         rs = self.reqs.get(request.request_id)
         if rs is None:
             return self._allocate_new(request, num_new_tokens)
