@@ -21,8 +21,8 @@ from jenga import (
     VisionEmbeddingSpec,
     make_manager,
 )
-from jenga.paged import PagedManager
 from jenga.fuzz import MIXES as FUZZ_MIXES
+from jenga.paged import PagedManager
 from jenga.testing import check_invariants, state_fingerprint
 
 MIXES = {
