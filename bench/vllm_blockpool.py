@@ -7,10 +7,10 @@ same seeded prompt and output lengths): up to ``--batch`` running requests; a ne
 prompt's blocks at once; each step every running request appends one token; a finished request
 frees everything. Capacity is roomy (nothing is preempted), so both sides do the same work.
 
-- ``pool``: block level. Ours: :class:`jenga.pages.LcmPagePool` ``alloc`` one page per block and
-  ``free`` per block (what ``JengaManager`` calls), prefix caching on; vLLM's: ``BlockPool``
-  ``get_new_blocks(n)`` and ``free_blocks`` in reverse order (what its ``KVCacheManager`` calls),
-  ``enable_caching=True``. Both are called only when a request crosses a block boundary.
+- ``pool``: block level. Ours: :class:`jenga.pages.LcmPagePool` ``alloc_many(n)`` (what
+  ``JengaManager`` calls) and ``free_many`` in reverse order, prefix caching on; vLLM's:
+  ``BlockPool.get_new_blocks(n)`` and ``free_blocks`` in reverse order (what its ``KVCacheManager``
+  calls), ``enable_caching=True``. Both are called only when a request crosses a block boundary.
 - ``manager``: request level, called for every running request every step, as both schedulers do.
   Ours: ``JengaManager.allocate`` / ``free``; vLLM's: ``KVCacheManager.allocate_slots`` / ``free``.
   Prefix caching off in both (vLLM's needs block hashes from its own request hasher to cache).
@@ -78,15 +78,9 @@ def pool_ours(steps: int, batch: int, seed: int = 0) -> float:
 
     page = BLOCK * KV * LAYERS
     pool = LcmPagePool([page], _capacity_blocks(batch) * page, request_aware=True, enable_cache=True)
-    alloc, free = pool.alloc, pool.free
-
-    def take(rid, n):
-        return [alloc(0, rid) for _ in range(n)]
-
-    def give(sids):
-        for sid in reversed(sids):
-            free(0, sid)
-    return _pool_stream(steps, batch, take, give, seed)
+    alloc_many, free_many = pool.alloc_many, pool.free_many
+    return _pool_stream(steps, batch, lambda rid, n: alloc_many(0, rid, n),
+                        lambda sids: free_many(0, reversed(sids)), seed)
 
 
 def pool_vllm(steps: int, batch: int, seed: int = 0) -> float:

@@ -56,6 +56,24 @@ class FlatPagePool:
     def can_fit(self, demand: dict[int, int]) -> bool:
         return sum(demand.values()) <= len(self.free_pages) + (len(self.evictor) if self.evictor else 0)
 
+    def alloc_many(self, t: int, owner: object, n: int, tight: bool = False) -> list[int]:
+        """``n`` pages: what ``n`` calls of :meth:`alloc` return, up to the first None."""
+        fp = self.free_pages
+        if self._j is None and n <= len(fp):
+            out = fp[len(fp) - n:]
+            out.reverse()  # pop() order
+            del fp[len(fp) - n:]
+            self.used[t] += n
+            self.path_counts["new_page"] += n
+            return out
+        out = []
+        for _ in range(n):
+            sid = self.alloc(t, owner, tight)
+            if sid is None:
+                break
+            out.append(sid)
+        return out
+
     def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
         if self.free_pages:
             self.path_counts["new_page"] += 1
@@ -154,6 +172,9 @@ class PartitionedPool:
 
     def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
         return self.pools[t].alloc(t, owner)
+
+    def alloc_many(self, t: int, owner: object, n: int, tight: bool = False) -> list[int]:
+        return self.pools[t].alloc_many(t, owner, n)
 
     def free(self, t: int, sid: int) -> None:
         self.pools[t].free(t, sid)

@@ -247,22 +247,21 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             for j, sid in js:
                 self._pin(t, sid, self._page_data(rs, t, j, T), pins)
                 rs.pages[t][j] = sid
-        alloc = self.pool.alloc
+        alloc_many, jr = self.pool.alloc_many, self._j
         for t, plan in enumerate(plans):
             if plan is None or not plan[1]:
                 continue
-            pages, ref, rid = rs.pages[t], self.ref[t], rs.rid
-            for j in plan[1]:
-                if j in pages:
-                    continue
-                sid = alloc(t, rid, tight)
-                if sid is None:
-                    return False
-                if self._j is not None:
-                    self._j.item(ref, sid)
+            pages, ref = rs.pages[t], self.ref[t]
+            js = [j for j in plan[1] if j not in pages]  # hits are pinned already
+            sids = alloc_many(t, rs.rid, len(js), tight)
+            for j, sid in zip(js, sids):
+                if jr is not None:
+                    jr.item(ref, sid)
                 ref[sid] = 1
                 pages[j] = sid
                 done.append((t, j, sid))
+            if len(sids) < len(js):
+                return False
         if self.enable_prefix_cache:
             for t, j, sid in done:
                 if self.types[t].policy.image_based:

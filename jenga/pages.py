@@ -144,6 +144,39 @@ class LcmPagePool:
         return need <= avail
 
     # -- allocation ----------------------------------------------------------------------------------
+    def alloc_many(self, t: int, owner: object, n: int, tight: bool = False) -> list[int]:
+        """``n`` pages of type ``t``: exactly what ``n`` calls of :meth:`alloc` return, up to the
+        first None (so a shorter list means the pool ran dry). Whole free large pages for a type
+        whose small page is the large page are taken in one slice (vLLM's ``get_new_blocks(n)``
+        does the same with its free queue); everything else goes page by page."""
+        fl = self.free_large
+        if self.ratio[t] == 1 and self._j is None and n <= len(fl):
+            out = fl[len(fl) - n:]
+            out.reverse()  # pop() order
+            del fl[len(fl) - n:]
+            lp_type, lp_slots, lp_used = self.lp_type, self.lp_slots, self.lp_used
+            for lp in out:
+                lp_type[lp] = t
+                lp_slots[lp] = []
+                lp_used[lp] = 1
+            self.used[t] += n
+            self.path_counts["new_large"] += n
+            return out
+        out = []
+        alloc = self.alloc
+        for _ in range(n):
+            sid = alloc(t, owner, tight)
+            if sid is None:
+                break
+            out.append(sid)
+        return out
+
+    def free_many(self, t: int, sids) -> None:
+        """:meth:`free` of every page in ``sids``, in order."""
+        free = self.free
+        for sid in sids:
+            free(t, sid)
+
     def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
         """One small page of type ``t`` for ``owner`` (a request id), or None if nothing is left.
         ``tight`` prefers existing small pages over new large pages (used when retrying an

@@ -78,6 +78,9 @@ class ExactPool:
     def can_fit(self, demand: dict[int, int]) -> bool:
         return True
 
+    def alloc_many(self, t: int, owner: object, n: int, tight: bool = False) -> list[int]:
+        return [self.alloc(t, owner) for _ in range(n)]
+
     def alloc(self, t: int, owner: object, tight: bool = False) -> int:
         sid = self._next
         self._next += 1
