@@ -102,3 +102,31 @@ def test_oracle_shared_token_drop_pages(seed):
 
     failure = run_stream(seed, 60, system="oracle", mix="token_drop")
     assert failure is None, failure.line()
+
+
+def test_simulator_refuses_an_over_committing_allocator():
+    """An allocator whose usage shows negative free bytes fails the cell instead of writing an
+    "ok" record (the issue saw jamba FP8 oracle records with free bytes < 0 in their trace)."""
+    from sim_fakes import make_requests
+
+    from harness.sim.engine import simulate
+    from harness.sim.scheduler import SchedulerConfig
+
+    class OverCommitting(jenga.baselines.Oracle):
+        def usage(self):
+            u = super().usage()
+            u.free_bytes -= self.capacity_bytes  # as the old oracle's checkpoints did
+            return u
+
+    class UnitCost:
+        def step_time(self, batch):
+            return 1.0
+
+    cfg = SchedulerConfig(max_num_seqs=4, token_budget=64, mixed=False, chunked_prefill=False,
+                          enable_prefix_caching=False)
+    specs = [FullAttentionSpec("full", 1, 8)]
+    with pytest.raises(AssertionError, match="over-committed: free_bytes="):
+        simulate(OverCommitting(specs, 10**6, tokens_per_page=4), UnitCost(), cfg, make_requests([(4, 2)]))
+    sched, trace, _ = simulate(jenga.baselines.Oracle(specs, 10**6, tokens_per_page=4), UnitCost(), cfg,
+                               make_requests([(4, 2)]))
+    assert trace and min(t["free_bytes"] for t in trace) >= 0  # negative control: the real one runs
