@@ -127,6 +127,6 @@ def test_simulator_refuses_an_over_committing_allocator():
     specs = [FullAttentionSpec("full", 1, 8)]
     with pytest.raises(AssertionError, match="over-committed: free_bytes="):
         simulate(OverCommitting(specs, 10**6, tokens_per_page=4), UnitCost(), cfg, make_requests([(4, 2)]))
-    sched, trace, _ = simulate(jenga.baselines.Oracle(specs, 10**6, tokens_per_page=4), UnitCost(), cfg,
-                               make_requests([(4, 2)]))
+    _, trace, _ = simulate(jenga.baselines.Oracle(specs, 10**6, tokens_per_page=4), UnitCost(), cfg,
+                           make_requests([(4, 2)]))
     assert trace and min(t["free_bytes"] for t in trace) >= 0  # negative control: the real one runs
