@@ -7,7 +7,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-stamp
 ARGS ?=
 
-.PHONY: setup test bench lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm plugin-check crosscheck gpu-fig14 clean pages
+.PHONY: setup test bench fuzz lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm plugin-check crosscheck gpu-fig14 clean pages
 
 setup: $(STAMP)
 
@@ -26,10 +26,18 @@ test: $(STAMP)
 pages: $(STAMP)
 	$(PY) -m harness.pages $(ARGS)
 
+# Per-system allocator cost (ours), then like for like against vLLM in one run (same stream, same
+# level: LCM pool vs BlockPool, JengaManager.allocate vs KVCacheManager.allocate_slots).
 bench: $(STAMP)
 	$(PY) -m bench.allocator $(ARGS)
 	@if [ -x $(VLLM_VENV)/bin/python ]; then $(VLLM_VENV)/bin/python -m bench.vllm_blockpool; \
-	else echo "vLLM BlockPool bench skipped: run make setup-vllm"; fi
+	else echo "pool/manager comparison with vLLM skipped: vLLM is not installed (make setup-vllm)"; fi
+
+# Random allocator streams (jenga/fuzz.py): every system (oracle included) and layer mix, failed
+# allocates and double frees, every invariant checked after every operation; minutes.
+# ARGS="--seeds 0:20000", "--system oracle", "--mix coprime", "--seeds 123 -v" (replay one stream).
+fuzz: $(STAMP)
+	$(PY) -m jenga.fuzz $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check jenga harness tests bench

@@ -1,107 +1,133 @@
-"""vLLM's ``BlockPool`` (allocate + free) on op streams comparable to ``bench/allocator.py``.
+"""Like for like: the project's allocator against vLLM's, the same op stream at the same level, in one run.
 
-Needs the vLLM venv: ``.venv-vllm/bin/python -m bench.vllm_blockpool`` (``make setup-vllm``).
+Needs vLLM (``.venv-vllm/bin/python -m bench.vllm_blockpool``, ``make bench``); without it the
+comparison is skipped with a message. One Llama-3.1-8B-shaped full-attention layer type (32 layers,
+8 KV heads x 128 x bf16), 16-token blocks, the ``serving`` stream of ``bench/allocator.py`` (the
+same seeded prompt and output lengths): up to ``--batch`` running requests; a new request takes its
+prompt's blocks at once; each step every running request appends one token; a finished request
+frees everything. Capacity is roomy (nothing is preempted), so both sides do the same work.
 
-Two streams, both seeded, prefix caching on (as vLLM serves), 16-token blocks:
+- ``pool``: block level. Ours: :class:`jenga.pages.LcmPagePool` ``alloc_many(n)`` (what
+  ``JengaManager`` calls) and ``free_many`` in reverse order, prefix caching on; vLLM's:
+  ``BlockPool.get_new_blocks(n)`` and ``free_blocks`` in reverse order (what its ``KVCacheManager``
+  calls), ``enable_caching=True``. Both are called only when a request crosses a block boundary.
+- ``manager``: request level, called for every running request every step, as both schedulers do.
+  Ours: ``JengaManager.allocate`` / ``free``; vLLM's: ``KVCacheManager.allocate_slots`` / ``free``.
+  Prefix caching off in both (vLLM's needs block hashes from its own request hasher to cache).
 
-- ``batch16``: 2000 live requests; each op allocates a batch of 16 blocks for a random live request
-  (``get_new_blocks(16)``); when a request reaches its length (16-512 blocks) all its blocks are
-  freed (``free_blocks`` in reverse order, as vLLM frees a request) and a new request takes its place.
-- ``manager``: the ``serving`` stream through ``KVCacheManager.allocate_slots`` / ``free`` (the
-  level of our allocators' ``allocate`` / ``free``; the pool is one level below).
-- ``serving``: ``bench/allocator.py``'s continuous-batching stream (the same seeded request lengths
-  from its ``op_stream``): up to ``--batch`` running requests; a new request allocates its prompt's
-  blocks at once, each step every running request appends one token and allocates a block when it
-  crosses a block boundary; a finished request frees its blocks.
-
-Reported: microseconds of allocator calls per block handed out (allocate + free time / blocks),
-best of ``--repeat`` runs. Python-level cost only, the same as our allocators' benchmark.
+Printed: time of ours / time of vLLM's (best of ``--repeat`` runs of each, interleaved so that load
+from other processes hits both alike). Below 1.0 x ours is faster. Python-level cost only.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import platform
 import time
 
-import numpy as np
-
 BLOCK = 16
+KV = 8 * 128 * 2 * 2  # 8 KV heads x 128 head dim x (K, V) x bf16
+LAYERS = 32
 
 
-def _pool(num_blocks: int):
-    from vllm.v1.core.block_pool import BlockPool
-    return BlockPool(num_gpu_blocks=num_blocks, enable_caching=True, hash_block_size=BLOCK)
+def _blocks(tokens: int) -> int:
+    return -(-tokens // BLOCK)
 
 
-def batch16(ops: int, live: int, seed: int = 0) -> dict:
-    """2000 live requests, 16 blocks per allocation, whole-request frees."""
-    rng = np.random.default_rng(seed)
-    target = rng.integers(1, 33, size=ops + live) * 16     # 16..512 blocks per request
-    pool = _pool(live * 512 + 1)
-    held: list[list] = [[] for _ in range(live)]
-    goal = list(target[:live])
-    nxt = live
-    picks = rng.integers(0, live, size=ops)
-    perf = time.perf_counter
-    t = 0.0
-    blocks = 0
-    for i in picks:
-        t0 = perf()
-        new = pool.get_new_blocks(16)
-        t += perf() - t0
-        blocks += 16
-        held[i].extend(new)
-        if len(held[i]) >= goal[i]:
-            t0 = perf()
-            pool.free_blocks(reversed(held[i]))
-            t += perf() - t0
-            held[i] = []
-            goal[i] = target[nxt]
-            nxt += 1
-    return {"stream": "batch16", "blocks": blocks, "us_per_block": 1e6 * t / blocks}
+def _capacity_blocks(batch: int) -> int:
+    return int(1.25 * batch * 2560 / BLOCK) + 1  # bench/allocator.py's roomy capacity
 
 
-def serving(steps: int, batch: int, seed: int = 0) -> dict:
-    """bench/allocator.py's stream, through vLLM's BlockPool."""
+# -- pool level ------------------------------------------------------------------------------------
+def _pool_stream(steps: int, batch: int, take, give, seed: int) -> float:
+    """The serving stream at block level; ``take(rid, n)`` -> handles, ``give(handles)``."""
     from bench.allocator import op_stream
+
     stream = op_stream(seed, 10**9, False)
-    pool = _pool(int(1.25 * batch * 2560 / BLOCK) + 1)
-    running: list[tuple] = []   # (req, blocks, tokens)
+    running: list[list] = []  # [req, handles, tokens]
     perf = time.perf_counter
     t = 0.0
-    blocks = 0
     for _ in range(steps):
         while len(running) < batch:
             r = next(stream)
-            n = -(-len(r.prompt_token_ids) // BLOCK)
             t0 = perf()
-            got = pool.get_new_blocks(n)
+            got = take(r.request_id, _blocks(len(r.prompt_token_ids)))
             t += perf() - t0
-            blocks += n
-            running.append((r, got, len(r.prompt_token_ids)))
+            running.append([r, got, len(r.prompt_token_ids)])
         keep = []
-        for r, got, tokens in running:
+        for item in running:
+            r, got, tokens = item
             if tokens - len(r.prompt_token_ids) >= r.out_len:
                 t0 = perf()
-                pool.free_blocks(reversed(got))
+                give(got)
                 t += perf() - t0
                 continue
-            tokens += 1
+            item[2] = tokens = tokens + 1
             if tokens > len(got) * BLOCK:
                 t0 = perf()
-                got.extend(pool.get_new_blocks(1))
+                got.extend(take(r.request_id, 1))
                 t += perf() - t0
-                blocks += 1
-            keep.append((r, got, tokens))
+            keep.append(item)
         running = keep
-    return {"stream": "serving", "blocks": blocks, "us_per_block": 1e6 * t / max(blocks, 1)}
+    return t
 
 
-def manager(steps: int, batch: int, seed: int = 0) -> dict:
-    """The ``serving`` stream through vLLM's ``KVCacheManager`` (``allocate_slots`` / ``free``): the
-    level our allocators' ``allocate`` / ``free`` sit at. One full-attention group (Llama-3.1-8B
-    shaped), prefix caching off as in bench/allocator.py."""
+def pool_ours(steps: int, batch: int, seed: int = 0) -> float:
+    from jenga.pages import LcmPagePool
+
+    page = BLOCK * KV * LAYERS
+    pool = LcmPagePool([page], _capacity_blocks(batch) * page, request_aware=True, enable_cache=True)
+    alloc_many, free_many = pool.alloc_many, pool.free_many
+    return _pool_stream(steps, batch, lambda rid, n: alloc_many(0, rid, n),
+                        lambda sids: free_many(0, reversed(sids)), seed)
+
+
+def pool_vllm(steps: int, batch: int, seed: int = 0) -> float:
+    from vllm.v1.core.block_pool import BlockPool
+
+    pool = BlockPool(num_gpu_blocks=_capacity_blocks(batch), enable_caching=True, hash_block_size=BLOCK)
+    return _pool_stream(steps, batch, lambda rid, n: pool.get_new_blocks(n),
+                        lambda blocks: pool.free_blocks(reversed(blocks)), seed)
+
+
+# -- manager level ---------------------------------------------------------------------------------
+def manager_ours(steps: int, batch: int, seed: int = 0) -> float:
+    import jenga
+    from bench.allocator import op_stream
+
+    page = BLOCK * KV * LAYERS
+    m = jenga.make_manager("jenga", [jenga.FullAttentionSpec("full", LAYERS, KV)], _capacity_blocks(batch) * page,
+                           tokens_per_page=BLOCK)
+    stream = op_stream(seed, 10**9, False)
+    running: list = []
+    perf = time.perf_counter
+    t = 0.0
+    for _ in range(steps):
+        while len(running) < batch:
+            r = next(stream)
+            t0 = perf()
+            ok = m.allocate(r, len(r.prompt_token_ids))
+            t += perf() - t0
+            assert ok
+            running.append(r)
+        keep = []
+        for r in running:
+            if len(r.output_token_ids) >= r.out_len:
+                t0 = perf()
+                m.free(r)
+                t += perf() - t0
+                continue
+            r.output_token_ids.append(1)
+            t0 = perf()
+            m.allocate(r, 1)
+            t += perf() - t0
+            keep.append(r)
+        running = keep
+    return t
+
+
+def manager_vllm(steps: int, batch: int, seed: int = 0) -> float:
     import torch
     from vllm.sampling_params import SamplingParams
     from vllm.v1.core.kv_cache_manager import KVCacheManager
@@ -110,15 +136,14 @@ def manager(steps: int, batch: int, seed: int = 0) -> dict:
 
     from bench.allocator import op_stream
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
-    kvc = KVCacheConfig(num_blocks=int(1.25 * batch * 2560 / BLOCK) + 1, kv_cache_tensors=[],
-                        kv_cache_groups=[KVCacheGroupSpec([f"layers.{i}" for i in range(32)], spec)])
+    kvc = KVCacheConfig(num_blocks=_capacity_blocks(batch), kv_cache_tensors=[],
+                        kv_cache_groups=[KVCacheGroupSpec([f"layers.{i}" for i in range(LAYERS)], spec)])
     mgr = KVCacheManager(kvc, max_model_len=8192, scheduler_block_size=BLOCK, hash_block_size=BLOCK,
                          enable_caching=False)
     stream = op_stream(seed, 10**9, False)
     running: list = []
     perf = time.perf_counter
     t = 0.0
-    blocks = 0
     for _ in range(steps):
         while len(running) < batch:
             r = next(stream)
@@ -129,7 +154,6 @@ def manager(steps: int, batch: int, seed: int = 0) -> dict:
             t += perf() - t0
             assert ok is not None
             req.num_computed_tokens = n
-            blocks += -(-n // BLOCK)
             running.append((r, req))
         keep = []
         for r, req in running:
@@ -139,32 +163,48 @@ def manager(steps: int, batch: int, seed: int = 0) -> dict:
                 t += perf() - t0
                 continue
             req.append_output_token_ids(1)
-            before = -(-req.num_computed_tokens // BLOCK)
             t0 = perf()
             mgr.allocate_slots(req, 1)
             t += perf() - t0
             req.num_computed_tokens += 1
-            blocks += -(-req.num_computed_tokens // BLOCK) - before
             keep.append((r, req))
         running = keep
-    return {"stream": "manager", "blocks": blocks, "us_per_block": 1e6 * t / max(blocks, 1)}
+    return t
 
 
-def main(argv=None) -> None:
-    import vllm
+def best_ratio(ours, theirs, repeat: int, *args) -> tuple[float, float, float]:
+    """(best time of ours, best of theirs, ratio), runs interleaved."""
+    a = b = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        a = min(a, ours(*args))
+        gc.collect()
+        b = min(b, theirs(*args))
+    return a, b, a / b
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ops", type=int, default=200_000, help="batch16: allocation ops")
-    ap.add_argument("--live", type=int, default=2000, help="batch16: live requests")
-    ap.add_argument("--steps", type=int, default=400, help="serving: scheduler steps")
-    ap.add_argument("--batch", type=int, default=128, help="serving: running requests")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=400, help="scheduler steps")
+    ap.add_argument("--batch", type=int, default=128, help="running requests")
+    ap.add_argument("--repeat", type=int, default=5, help="best of N runs of each side")
     a = ap.parse_args(argv)
-    print(f"# vLLM BlockPool bench: vllm {vllm.__version__}, block {BLOCK} tokens, python "
-          f"{platform.python_version()}, host {platform.node()} (best of {a.repeat})")
-    for fn, args in ((batch16, (a.ops, a.live)), (serving, (a.steps, a.batch)), (manager, (a.steps, a.batch))):
-        best = min((fn(*args) for _ in range(a.repeat)), key=lambda r: r["us_per_block"])
-        print(f"{best['stream']:8s} blocks={best['blocks']:9d}  {best['us_per_block']:.3f} us/block")
+    try:
+        import vllm
+    except ImportError:
+        print("pool/manager comparison with vLLM skipped: vLLM is not installed here (make setup-vllm; "
+              "run with .venv-vllm/bin/python -m bench.vllm_blockpool)")
+        return 0
+    print(f"# like-for-like allocator bench: vllm {vllm.__version__}, {BLOCK}-token blocks, steps={a.steps} "
+          f"batch={a.batch}, python {platform.python_version()}, host {platform.node()} (best of {a.repeat})")
+    ours, theirs, r = best_ratio(pool_ours, pool_vllm, a.repeat, a.steps, a.batch)
+    print(f"pool: LCM pool vs vLLM BlockPool (prefix caching on in both): {r:.2f} x  "
+          f"({1e3 * ours:.1f} ms vs {1e3 * theirs:.1f} ms)")
+    ours, theirs, r = best_ratio(manager_ours, manager_vllm, a.repeat, a.steps, a.batch)
+    print(f"manager: jenga allocate vs vLLM KVCacheManager.allocate_slots: {r:.2f} x  "
+          f"({1e3 * ours:.1f} ms vs {1e3 * theirs:.1f} ms)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -23,6 +23,7 @@ class PrefixSubsetEvictor:
         n = num_types if per_type else 1
         self._lists = [SortedList() for _ in range(n)]
         self._key: list[dict[int, tuple]] = [{} for _ in range(num_types)]
+        self._j = None  # jenga.journal.Journal while an allocation that may fail runs
 
     def __len__(self) -> int:
         return sum(len(x) for x in self._lists)
@@ -45,12 +46,24 @@ class PrefixSubsetEvictor:
         key = (ts, -plen, t, sid)
         self._key[t][sid] = key
         self._lists[t if self.per_type else 0].add(key)
+        if self._j is not None:
+            self._j.call(self._unadd, t, sid)
 
     def remove(self, t: int, sid: int) -> tuple[int, int]:
         """Take a page out (it was hit or evicted); returns its ``(ts, plen)``."""
         key = self._key[t].pop(sid)
         self._lists[t if self.per_type else 0].remove(key)
+        if self._j is not None:
+            self._j.call(self._unremove, key)
         return key[0], -key[1]
+
+    def _unadd(self, t: int, sid: int, _) -> None:
+        self._lists[t if self.per_type else 0].remove(self._key[t].pop(sid))
+
+    def _unremove(self, key: tuple, *_) -> None:
+        t, sid = key[2], key[3]
+        self._key[t][sid] = key
+        self._lists[t if self.per_type else 0].add(key)
 
     def in_order(self):
         """Every cached ``(type, sid)`` in eviction order (one shared queue only)."""
@@ -77,6 +90,7 @@ class LargePageLRU:
     def __init__(self) -> None:
         self._list = SortedList()
         self._key: dict[int, tuple] = {}
+        self._j = None  # jenga.journal.Journal while an allocation that may fail runs
 
     def __len__(self) -> int:
         return len(self._key)
@@ -91,6 +105,8 @@ class LargePageLRU:
             if old == key:
                 return
             self._list.remove(old)
+        if self._j is not None:
+            self._j.call(self._restore, lp, old)
         self._key[lp] = key
         self._list.add(key)
 
@@ -98,6 +114,16 @@ class LargePageLRU:
         old = self._key.pop(lp, None)
         if old is not None:
             self._list.remove(old)
+            if self._j is not None:
+                self._j.call(self._restore, lp, old)
+
+    def _restore(self, lp: int, old: tuple | None, _=None) -> None:
+        cur = self._key.pop(lp, None)
+        if cur is not None:
+            self._list.remove(cur)
+        if old is not None:
+            self._key[lp] = old
+            self._list.add(old)
 
     def newest_ts(self, lp: int) -> int:
         return self._key[lp][0]

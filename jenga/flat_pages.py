@@ -8,7 +8,8 @@ Same interface as :class:`jenga.pages.LcmPagePool` (``alloc``, ``free``, ``to_ca
 from __future__ import annotations
 
 from jenga.evictor import PrefixSubsetEvictor
-from jenga.pages import EvictHook
+from jenga.journal import Journal
+from jenga.pages import EvictHook, _append, _pop
 
 
 class FlatPagePool:
@@ -27,6 +28,20 @@ class FlatPagePool:
         self.evictor = PrefixSubsetEvictor(num_types, per_type=False) if enable_cache else None
         self.on_evict: EvictHook = lambda t, sid: None
         self.path_counts = {"new_page": 0, "evict": 0}
+        self._j: Journal | None = None
+
+    def begin(self, j: Journal | None) -> None:
+        """Log every change into ``j`` until ``begin(None)`` (see jenga/journal.py)."""
+        self._j = j
+        if self.evictor is not None:
+            self.evictor._j = j
+        if j is not None:
+            for x in (self.used, self.cached, self.path_counts):
+                j.contents(x)
+
+    def sure_fit(self, demand: dict[int, int], owner: object = None) -> bool:
+        """True when ``alloc`` cannot fail: enough free pages without evicting."""
+        return sum(demand.values()) <= len(self.free_pages)
 
     large_page_bytes = property(lambda self: self.page_bytes_flat)
     num_large = property(lambda self: self.num_pages)
@@ -41,11 +56,32 @@ class FlatPagePool:
     def can_fit(self, demand: dict[int, int]) -> bool:
         return sum(demand.values()) <= len(self.free_pages) + (len(self.evictor) if self.evictor else 0)
 
+    def alloc_many(self, t: int, owner: object, n: int, tight: bool = False) -> list[int]:
+        """``n`` pages: what ``n`` calls of :meth:`alloc` return, up to the first None."""
+        fp = self.free_pages
+        if self._j is None and n <= len(fp):
+            out = fp[len(fp) - n:]
+            out.reverse()  # pop() order
+            del fp[len(fp) - n:]
+            self.used[t] += n
+            self.path_counts["new_page"] += n
+            return out
+        out = []
+        for _ in range(n):
+            sid = self.alloc(t, owner, tight)
+            if sid is None:
+                break
+            out.append(sid)
+        return out
+
     def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
         if self.free_pages:
             self.path_counts["new_page"] += 1
             self.used[t] += 1
-            return self.free_pages.pop()
+            sid = self.free_pages.pop()
+            if self._j is not None:
+                self._j.call(_append, self.free_pages, sid)
+            return sid
         if self.evictor is not None and len(self.evictor):
             t0, sid = self.evictor.peek_lru()
             self.evictor.remove(t0, sid)
@@ -59,6 +95,8 @@ class FlatPagePool:
     def free(self, t: int, sid: int) -> None:
         self.used[t] -= 1
         self.free_pages.append(sid)
+        if self._j is not None:
+            self._j.call(_pop, self.free_pages)
 
     def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
         self.used[t] -= 1
@@ -125,8 +163,18 @@ class PartitionedPool:
     def can_fit(self, demand: dict[int, int]) -> bool:
         return all(self.pools[t].can_fit({t: n}) for t, n in demand.items())
 
+    def begin(self, j: Journal | None) -> None:
+        for p in self.pools:
+            p.begin(j)
+
+    def sure_fit(self, demand: dict[int, int], owner: object = None) -> bool:
+        return all(self.pools[t].sure_fit({t: n}) for t, n in demand.items())
+
     def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
         return self.pools[t].alloc(t, owner)
+
+    def alloc_many(self, t: int, owner: object, n: int, tight: bool = False) -> list[int]:
+        return self.pools[t].alloc_many(t, owner, n)
 
     def free(self, t: int, sid: int) -> None:
         self.pools[t].free(t, sid)

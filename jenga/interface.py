@@ -77,8 +77,9 @@ class MemoryUsage:
     free_stranded_bytes: int = 0
     large_pages_total: int = 0
     large_pages_used: int = 0  # large pages with at least one used or cached small page
-    # How often each allocation path was taken, cumulative (e.g. "request_hit", "new_large",
-    # "steal", "evict_large", "evict_small", "any_free_small").
+    # How often each allocation path was taken by successful allocations, cumulative (e.g.
+    # "request_hit", "new_large", "steal", "evict_large", "evict_small", "any_free_small"); a failed
+    # allocate changes nothing, its counts included.
     path_counts: dict[str, int] = field(default_factory=dict)
     per_type_allocated_bytes: dict[str, int] = field(default_factory=dict)
 
@@ -139,7 +140,8 @@ class MemoryManager(abc.ABC):
     @abc.abstractmethod
     def free(self, request: RequestView) -> None:
         """Release everything the request holds; with prefix caching on, full pages of computed
-        tokens stay cached (evictable) instead of being freed."""
+        tokens stay cached (evictable) instead of being freed. Freeing a request that holds nothing
+        (already freed, or never allocated) is a defined no-op; it only drops a pending hit."""
 
     @abc.abstractmethod
     def usage(self) -> MemoryUsage:

@@ -17,8 +17,9 @@ import math
 
 from jenga.flat_pages import FlatPagePool, PartitionedPool
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
+from jenga.journal import Journal
 from jenga.pages import LcmPagePool
-from jenga.policies import policy_for
+from jenga.policies import FullPolicy, policy_for
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
 from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SlidingWindowSpec, SpecError, page_geometry
@@ -52,6 +53,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.sliding_hit_extra = options.get("sliding_hit_extra_tokens", 0)
         self.types: list[StorageType] = self._storage_types(**options)
         self.acct = [policy_for(s) for s in self._accounted_specs()]
+        self._full_bpt = sum(p.bytes_per_token for p in self.acct if type(p) is FullPolicy)
+        self._acct_other = [p for p in self.acct if type(p) is not FullPolicy]
         self.pool: Pool = self._make_pool(**options)
         self.pool.on_evict = self._on_evict
         n = len(self.types)
@@ -66,6 +69,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.dup_bytes = 0  # held data bytes counted twice (pages shared by running requests)
         self.shared_data: dict[tuple[int, int], int] = {}
         self.extra_counts = {"hit_lost_tokens": 0, "retry_tight": 0}
+        self._j: Journal | None = None  # undo log of an allocation that may fail
         token_tpps = [s.tokens_per_page for s in self.types if not (s.policy.image_based or s.policy.state_based)]
         self.hash_block = math.gcd(*token_tpps) if token_tpps else tokens_per_page
         # Per type, for the hot accounting loop: (policy, tokens/page, data bytes/token, kind, state).
@@ -101,42 +105,90 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         rs = self.reqs.get(request.request_id)
         return 0 if rs is None else rs.T
 
+    # -- undo log: a failed allocate changes nothing (jenga/journal.py says why a log) ---------------
+    # True when an allocation that takes no new page cannot fail (pages are the only limit; the
+    # oracle counts bytes and says False).
+    fits_without_pages = True
+    _journal_attrs: tuple[str, ...] = ("now", "dup_bytes", "tot_needed", "tot_held")
+
+    def _sure_fit(self, rs: ReqState | None, demand: dict[int, int], owner: object) -> bool:
+        """True when this allocation cannot fail, so it needs no undo log: no new page, or the
+        pool has them without evicting. (Released pages and pinned hits never take room.)"""
+        return not demand or self.pool.sure_fit(demand, owner)
+
+    def _begin(self, rs: ReqState | None) -> Journal:
+        j = Journal()
+        for name in self._journal_attrs:
+            j.attr(self, name)
+        j.contents(self.extra_counts)
+        if rs is not None:
+            for name in ("prev", "T", "contrib", "transients"):
+                j.attr(rs, name)
+            j.contents(rs.held)
+        self.pool.begin(j)
+        self._j = j
+        return j
+
+    def _end(self, j: Journal | None, ok: bool) -> bool:
+        if j is not None:
+            self._j = None
+            self.pool.begin(None)
+            if not ok:
+                j.undo()
+        elif not ok:
+            raise AssertionError(f"{self.system_name}: allocation failed where the pool promised room "
+                                 "(_sure_fit is wrong)")
+        return ok
+
     def allocate(self, request: RequestView, num_new_tokens: int) -> bool:
-        if not isinstance(num_new_tokens, int) or isinstance(num_new_tokens, bool) or num_new_tokens < 0:
+        n = num_new_tokens  # an exact int passes the first test alone (the hot path)
+        if (type(n) is not int and (not isinstance(n, int) or isinstance(n, bool))) or n < 0:
             raise SpecError(f"num_new_tokens must be an integer >= 0, got {num_new_tokens!r}")
         rs = self.reqs.get(request.request_id)
-        self.now += 1
         if rs is None:
             return self._allocate_new(request, num_new_tokens)
         if num_new_tokens == 0:
             return True
+        prev, T = rs.T, rs.T + num_new_tokens
+        plans, demand = None, {}
+        held = rs.held
+        for t, (pol, tpp, *_) in enumerate(self._tinfo):
+            old = held[t]
+            new_iv = pol.held_intervals(rs, prev, T, tpp)
+            if new_iv == old:
+                continue
+            if plans is None:
+                plans = [None] * len(held)
+            gone, fresh = diff_intervals(old, new_iv)
+            plans[t] = (new_iv, fresh, gone)
+            if fresh:
+                demand[t] = len(fresh)
+        if plans is None and not rs.transients and self.fits_without_pages:
+            # The common decode step: no page to take or release, so nothing can fail (the same
+            # steps as below, minus the ones with nothing to do).
+            self.now += 1
+            rs.prev, rs.T = prev, T
+            if self.enable_prefix_cache:
+                self._register_computed(rs)
+                self._snapshot_mamba(rs, prev, T)
+            self._account(rs)
+            return True
+        if plans is None:
+            plans = [None] * len(held)
+        j = None if self._sure_fit(rs, demand, rs.rid) else self._begin(rs)
+        self.now += 1
         # Tokens allocated so far are computed now: last step's transient pages join the cache and
         # pages no layer reads any more are released (stale).
         if rs.transients:
             self._release_transients(rs)
-        cache = self.enable_prefix_cache
-        prev, T = rs.T, rs.T + num_new_tokens
-        plans, demand = [], {}
-        for t, st in enumerate(self.types):
-            old = rs.held[t]
-            new_iv = st.policy.held_intervals(rs, prev, T, st.tokens_per_page)
-            if new_iv == old:
-                plans.append(None)
-                continue
-            gone, fresh = diff_intervals(old, new_iv)
-            if gone:
-                self._release_pages(rs, t, gone, stale=True)
-            plans.append((new_iv, fresh))
-            if fresh:
-                demand[t] = len(fresh)
+        for t, plan in enumerate(plans):
+            if plan is not None and plan[2]:
+                self._release_pages(rs, t, plan[2], stale=True)
         rs.prev = prev
         if not self._fits(rs, prev, T, demand, {}) or (demand and not self._alloc_pages(rs, plans, {}, T)):
-            for t, plan in enumerate(plans):
-                if plan is not None:
-                    st = self.types[t]
-                    rs.held[t] = st.policy.held_intervals(rs, prev, rs.T, st.tokens_per_page)
-            self._account(rs)
-            return False
+            return self._end(j, False)
+        self._end(j, True)
+        cache = self.enable_prefix_cache
         for t, plan in enumerate(plans):
             if plan is not None:
                 rs.held[t] = plan[0]
@@ -156,7 +208,6 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                       len(self.types), hasher)
         prev = self._longest_hit(hasher, rs.images, hit) if hit else 0
         rs.start = prev
-        self.extra_counts["hit_lost_tokens"] += hit - prev
         T = hit + n
         plans, demand = [], {}
         for t, st in enumerate(self.types):
@@ -168,10 +219,13 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         hits = self._plan_hits(rs, plans, prev) if self.enable_prefix_cache else {}
         for t, js in hits.items():
             demand[t] -= len(js)
-        if not self._fits(rs, prev, T, {t: c for t, c in demand.items() if c > 0}, hits):
-            return False
-        if not self._alloc_pages(rs, plans, hits, T):
-            return False
+        demand = {t: c for t, c in demand.items() if c > 0}
+        j = None if self._sure_fit(None, demand, rid) else self._begin(None)
+        self.now += 1
+        self.extra_counts["hit_lost_tokens"] += hit - prev
+        if not self._fits(rs, prev, T, demand, hits) or not self._alloc_pages(rs, plans, hits, T):
+            return self._end(j, False)
+        self._end(j, True)
         for t, (new_iv, _) in enumerate(plans):
             rs.held[t] = new_iv
         rs.prev, rs.T = prev, T
@@ -203,20 +257,21 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             for j, sid in js:
                 self._pin(t, sid, self._page_data(rs, t, j, T), pins)
                 rs.pages[t][j] = sid
-        alloc = self.pool.alloc
+        alloc_many, jr = self.pool.alloc_many, self._j
         for t, plan in enumerate(plans):
             if plan is None or not plan[1]:
                 continue
-            pages, ref, rid = rs.pages[t], self.ref[t], rs.rid
-            for j in plan[1]:
-                if j in pages:
-                    continue
-                sid = alloc(t, rid, tight)
-                if sid is None:
-                    return False
+            pages, ref = rs.pages[t], self.ref[t]
+            js = [j for j in plan[1] if j not in pages]  # hits are pinned already
+            sids = alloc_many(t, rs.rid, len(js), tight)
+            for j, sid in zip(js, sids):
+                if jr is not None:
+                    jr.item(ref, sid)
                 ref[sid] = 1
                 pages[j] = sid
                 done.append((t, j, sid))
+            if len(sids) < len(js):
+                return False
         if self.enable_prefix_cache:
             for t, j, sid in done:
                 if self.types[t].policy.image_based:
@@ -260,6 +315,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         pol, tpp, pages = st.policy, st.tokens_per_page, rs.pages[t]
         ts = pol.update_last_access(self.now, not stale)
         cache = self.enable_prefix_cache
+        if self._j is not None:
+            self._j.contents(pages)  # its order is the order pages are released on free
         for j in js:
             sid = pages.pop(j)
             key = self._page_key(rs, t, j, rs.T) if cache else None
@@ -297,8 +354,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 held += state
         for x in rs.transients:
             held += x[4]
-        needed = 0
-        for p in self.acct:
+        # Full attention reads every token: T * bytes/token, summed once for all such types.
+        needed = T * self._full_bpt if T > 0 else 0
+        for p in self._acct_other:
             needed += p.needed_bytes(rs, prev, T)
         old_needed, old_held = rs.contrib
         self.tot_needed += needed - old_needed

@@ -20,9 +20,18 @@ import math
 from collections.abc import Callable
 
 from jenga.evictor import LargePageLRU, PrefixSubsetEvictor
+from jenga.journal import Journal
 from jenga.policies import cdiv
 
 EvictHook = Callable[[int, int], None]
+
+
+def _append(lst: list, x, _=None) -> None:
+    lst.append(x)
+
+
+def _pop(lst: list, *_) -> None:
+    lst.pop()
 
 
 class LcmPagePool:
@@ -55,6 +64,57 @@ class LcmPagePool:
         self.on_evict: EvictHook = lambda t, sid: None
         self.path_counts = {k: 0 for k in ("request_hit", "new_large", "evict_large", "steal",
                                            "any_free_small", "evict_small")}
+        self._j: Journal | None = None
+
+    # -- undo log (jenga/journal.py): a failed allocation leaves the pool as it found it ------------
+    def begin(self, j: Journal | None) -> None:
+        """Log every change into ``j`` until ``begin(None)``."""
+        self._j = j
+        if self.evictor is not None:
+            self.evictor._j = j
+            self.large_lru._j = j
+        if j is not None:
+            for x in (self.nfree_slots, self.used, self.cached, self.evl_cached, self.path_counts):
+                j.contents(x)
+
+    def sure_fit(self, demand: dict[int, int], owner: object) -> bool:
+        """True when ``alloc`` cannot fail for ``demand`` (pages per type, taken in type order):
+        the owner's free slots (or any free slot of the type without request-awareness), then new
+        large pages from the free list -- the first steps of every allocation order, no eviction."""
+        need = 0
+        for t, n in demand.items():
+            r = self.ratio[t]
+            if r > 1:
+                if self.request_aware:
+                    own = self.owner_partial.get((t, owner))
+                    if own:
+                        n -= sum(len(self.lp_slots[lp]) for lp in own)
+                else:
+                    n -= self.nfree_slots[t]
+            if n > 0:
+                need += cdiv(n, r)
+        return need <= len(self.free_large)
+
+    def _touch(self, lp: int) -> None:
+        """Log the large page's whole record before it changes."""
+        slots = self.lp_slots[lp]
+        self._j.call(self._restore_lp, lp, (self.lp_type[lp], self.lp_owner[lp], self.lp_used[lp],
+                                            self.lp_cached[lp], None if slots is None else list(slots)))
+
+    def _restore_lp(self, lp: int, rec: tuple, _=None) -> None:
+        self.lp_type[lp], self.lp_owner[lp], self.lp_used[lp], self.lp_cached[lp], slots = rec
+        self.lp_slots[lp] = None if slots is None else list(slots)
+
+    def _pop_free_large(self) -> int:
+        lp = self.free_large.pop()
+        if self._j is not None:
+            self._j.call(_append, self.free_large, lp)
+        return lp
+
+    def _push_free_large(self, lp: int) -> None:
+        self.free_large.append(lp)
+        if self._j is not None:
+            self._j.call(_pop, self.free_large)
 
     # -- queries -------------------------------------------------------------------------------------
     def page_offset(self, t: int, sid: int) -> int:
@@ -89,6 +149,39 @@ class LcmPagePool:
         self.free_large.remove(lp)
 
     # -- allocation ----------------------------------------------------------------------------------
+    def alloc_many(self, t: int, owner: object, n: int, tight: bool = False) -> list[int]:
+        """``n`` pages of type ``t``: exactly what ``n`` calls of :meth:`alloc` return, up to the
+        first None (so a shorter list means the pool ran dry). Whole free large pages for a type
+        whose small page is the large page are taken in one slice (vLLM's ``get_new_blocks(n)``
+        does the same with its free queue); everything else goes page by page."""
+        fl = self.free_large
+        if self.ratio[t] == 1 and self._j is None and n <= len(fl):
+            out = fl[len(fl) - n:]
+            out.reverse()  # pop() order
+            del fl[len(fl) - n:]
+            lp_type, lp_slots, lp_used = self.lp_type, self.lp_slots, self.lp_used
+            for lp in out:
+                lp_type[lp] = t
+                lp_slots[lp] = []
+                lp_used[lp] = 1
+            self.used[t] += n
+            self.path_counts["new_large"] += n
+            return out
+        out = []
+        alloc = self.alloc
+        for _ in range(n):
+            sid = alloc(t, owner, tight)
+            if sid is None:
+                break
+            out.append(sid)
+        return out
+
+    def free_many(self, t: int, sids) -> None:
+        """:meth:`free` of every page in ``sids``, in order."""
+        free = self.free
+        for sid in sids:
+            free(t, sid)
+
     def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
         """One small page of type ``t`` for ``owner`` (a request id), or None if nothing is left.
         ``tight`` prefers existing small pages over new large pages (used when retrying an
@@ -104,7 +197,9 @@ class LcmPagePool:
                 self._evict_large(self.large_lru.peek_lru())
                 path = "evict_large"
             if self.free_large:
-                lp = self.free_large.pop()
+                lp = self._pop_free_large()
+                if self._j is not None:
+                    self._touch(lp)
                 self.lp_type[lp] = t
                 self.lp_slots[lp] = []
                 self.lp_used[lp] = 1
@@ -155,8 +250,14 @@ class LcmPagePool:
         return self._take_slot(lp, t)
 
     def _new_large(self, t: int, owner: object) -> int:
-        lp = self.free_large.pop()
+        lp = self._pop_free_large()
         r = self.ratio[t]
+        j = self._j
+        if j is not None:
+            self._touch(lp)
+            j.contents(self.partial[t])
+            if owner is not None:
+                self._log_owner(t, owner)
         self.lp_type[lp] = t
         self.lp_owner[lp] = owner
         self.lp_slots[lp] = list(range(r - 1, -1, -1))
@@ -167,7 +268,21 @@ class LcmPagePool:
             self.owner_lps.setdefault(owner, set()).add(lp)
         return lp
 
+    def _log_owner(self, t: int, owner: object) -> None:
+        """Log the owner's partial-page dict and large-page set before they change."""
+        j = self._j
+        j.item(self.owner_partial, (t, owner))
+        d = self.owner_partial.get((t, owner))
+        if d is not None:
+            j.contents(d)
+        j.item(self.owner_lps, owner)
+        lps = self.owner_lps.get(owner)
+        if lps is not None:
+            j.contents(lps)
+
     def _take_slot(self, lp: int, t: int) -> int:
+        if self._j is not None:
+            self._touch(lp)
         if self.lp_used[lp] == 0 and self.large_lru is not None:
             self._lru_discard(lp, t)  # an empty slot beside cached ones: no longer evictable
         slots = self.lp_slots[lp]
@@ -180,8 +295,12 @@ class LcmPagePool:
         return lp * self.ratio[t] + s
 
     def _unlist_partial(self, lp: int, t: int) -> None:
-        self.partial[t].pop(lp, None)
         owner = self.lp_owner[lp]
+        if self._j is not None:
+            self._j.contents(self.partial[t])
+            if owner is not None:
+                self._log_owner(t, owner)
+        self.partial[t].pop(lp, None)
         if owner is not None:
             d = self.owner_partial.get((t, owner))
             if d is not None:
@@ -190,6 +309,11 @@ class LcmPagePool:
                     del self.owner_partial[(t, owner)]
 
     def _return_slot(self, lp: int, t: int, s: int) -> None:
+        if self._j is not None:
+            self._touch(lp)
+            self._j.contents(self.partial[t])
+            if self.lp_owner[lp] is not None:
+                self._log_owner(t, self.lp_owner[lp])
         slots = self.lp_slots[lp]
         slots.append(s)
         self.nfree_slots[t] += 1
@@ -205,24 +329,32 @@ class LcmPagePool:
         self._unlist_partial(lp, t)
         self.nfree_slots[t] -= len(self.lp_slots[lp])  # an evicted large page had cached slots too
         owner = self.lp_owner[lp]
+        if self._j is not None:
+            self._touch(lp)
+            if owner is not None:
+                self._log_owner(t, owner)
         if owner is not None:
             self.owner_lps[owner].discard(lp)
         self.lp_owner[lp] = None
         self.lp_slots[lp] = None
         self.lp_type[lp] = -1
-        self.free_large.append(lp)
+        self._push_free_large(lp)
 
     # -- state changes -------------------------------------------------------------------------------
     def free(self, t: int, sid: int) -> None:
         """A used page becomes empty."""
         if self.ratio[t] == 1 and self.lp_owner[sid] is None:
+            if self._j is not None:
+                self._touch(sid)
             self.lp_used[sid] = 0
             self.used[t] -= 1
             self.lp_slots[sid] = None
             self.lp_type[sid] = -1
-            self.free_large.append(sid)
+            self._push_free_large(sid)
             return
         lp, s = divmod(sid, self.ratio[t])
+        if self._j is not None:
+            self._touch(lp)
         self.lp_used[lp] -= 1
         self.used[t] -= 1
         self._return_slot(lp, t, s)
@@ -232,6 +364,8 @@ class LcmPagePool:
     def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
         """A used page becomes cached (evictable) with eviction key (ts, plen)."""
         lp = sid // self.ratio[t]
+        if self._j is not None:
+            self._touch(lp)
         self.lp_used[lp] -= 1
         self.used[t] -= 1
         self.lp_cached[lp] += 1
@@ -252,6 +386,8 @@ class LcmPagePool:
     def from_cached(self, t: int, sid: int) -> tuple[int, int]:
         """A cached page is hit: it becomes used. Returns its old eviction key (ts, plen)."""
         lp = sid // self.ratio[t]
+        if self._j is not None:
+            self._touch(lp)
         self._lru_discard(lp, t)
         key = self.evictor.remove(t, sid)
         self.lp_cached[lp] -= 1
@@ -272,6 +408,8 @@ class LcmPagePool:
 
     def _evict_large(self, lp: int) -> None:
         t = self.lp_type[lp]
+        if self._j is not None:
+            self._touch(lp)
         self._lru_discard(lp, t)
         base = lp * self.ratio[t]
         for s in range(self.ratio[t]):

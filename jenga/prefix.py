@@ -108,12 +108,20 @@ class PrefixCacheMixin:
 
     # -- page references ----------------------------------------------------------------------------
     def _on_evict(self, t: int, sid: int) -> None:
+        j = self._j
+        if j is not None:
+            j.item(self.page_key[t], sid)
         key = self.page_key[t].pop(sid, None)
         if key is not None and self.index[t].get(key) == sid:
+            if j is not None:
+                j.item(self.index[t], key)
             del self.index[t][key]
 
     def _pin(self, t: int, sid: int, data: int, undo: list) -> None:
         r = self.ref[t].get(sid, 0)
+        if self._j is not None:
+            self._j.item(self.ref[t], sid)
+            self._j.item(self.shared_data, (t, sid))
         if r == 0:
             undo.append((t, sid, self.pool.from_cached(t, sid), data))
         else:
@@ -125,6 +133,10 @@ class PrefixCacheMixin:
 
     def _unref(self, t: int, sid: int, ts: int, plen: int, key, data: int) -> None:
         r = self.ref[t][sid] - 1
+        j = self._j
+        if j is not None:
+            j.item(self.ref[t], sid)
+            j.item(self.page_key[t], sid)
         if r > 0:
             self.ref[t][sid] = r
             self._undup(t, sid, r)
@@ -134,6 +146,8 @@ class PrefixCacheMixin:
             known = self.page_key[t].get(sid)
             key = known if known is not None else key
             if key is not None:
+                if j is not None:
+                    j.item(self.index[t], key)
                 owner = self.index[t].setdefault(key, sid)
                 if owner == sid:
                     self.page_key[t][sid] = key
@@ -143,6 +157,8 @@ class PrefixCacheMixin:
         self.pool.free(t, sid)
 
     def _undup(self, t: int, sid: int, remaining: int) -> None:
+        if self._j is not None:
+            self._j.item(self.shared_data, (t, sid))
         data = self.shared_data[(t, sid)]
         self.dup_bytes -= data
         if remaining == 1:
@@ -159,6 +175,9 @@ class PrefixCacheMixin:
         # the hash (BlockPool.cache_full_blocks). The old copy stays cached, unreachable, until
         # evicted (_on_evict only drops an index entry its page owns).
         if owner is None or (owner != sid and self.ref[t].get(owner, 0) == 0):
+            if self._j is not None:
+                self._j.item(self.index[t], key)
+                self._j.item(self.page_key[t], sid)
             self.index[t][key] = sid
             self.page_key[t][sid] = key
 

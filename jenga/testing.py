@@ -122,3 +122,49 @@ def _check_exact(mgr: PagedManager) -> None:
     assert sum(pool.used) == len(refs)
     assert mgr._running() + pool.cached_bytes <= mgr.capacity_bytes
     assert mgr.tot_needed == sum(rs.contrib[0] for rs in mgr.reqs.values())
+
+
+# Fields that are caches or wiring, not state: lazily extended hashes and image bases, the undo
+# log, eviction callbacks, the immutable policies/specs.
+_NOT_STATE = frozenset({"hasher", "_bases", "_j", "on_evict", "_on_evict", "policy", "acct", "specs", "types",
+                        "geometry", "_tinfo", "hashes"})
+
+
+# Dicts only ever looked up (never iterated by the allocator): their insertion order is not state.
+_LOOKUP_ONLY = frozenset({"ref", "page_key", "index", "shared_data", "_key", "data", "owner_lps", "owner_partial",
+                          "pending"})
+
+
+def state_fingerprint(mgr) -> object:
+    """Everything a manager holds (pool, cache index, requests, counters), as nested plain values
+    in their real order, so that two fingerprints are equal iff nothing observable changed --
+    used to check that a failed ``allocate`` changes nothing. O(state); for tests."""
+    return _dump(mgr, 0)
+
+
+def _dump(x, depth: int, unordered: bool = False):
+    if x is None or isinstance(x, (bool, int, float, str, bytes)):
+        return x
+    if depth > 12:
+        raise ValueError("state too deep to fingerprint")
+    if isinstance(x, (list, tuple)) or type(x).__name__ == "SortedList":
+        return [_dump(v, depth + 1, unordered) for v in x]
+    if isinstance(x, dict):
+        out = [(_dump(k, depth + 1), _dump(v, depth + 1)) for k, v in x.items()]
+        return sorted(out, key=repr) if unordered else out
+    if isinstance(x, (set, frozenset)):
+        return sorted((_dump(v, depth + 1) for v in x), key=repr)
+    if callable(x) and not hasattr(x, "__dict__") and not hasattr(x, "__slots__"):
+        return None
+    fields = {}
+    names = list(getattr(x, "__dict__", {}))
+    for cls in type(x).__mro__:
+        names += [n for n in getattr(cls, "__slots__", ()) if hasattr(x, n)]
+    for n in sorted(set(names)):
+        if n in _NOT_STATE:
+            continue
+        v = getattr(x, n)
+        if callable(v) and not hasattr(v, "__slots__") and not isinstance(v, (list, dict, set)):
+            continue
+        fields[n] = _dump(v, depth + 1, n in _LOOKUP_ONLY)
+    return (type(x).__name__, fields)

@@ -111,6 +111,8 @@ def run_loop(sched: Scheduler, mm, step_cost: StepCost, complete: Complete | Non
             raise RuntimeError(f"simulation exceeded {max_steps} steps")
         dt = step_cost(step)
         u = mm.usage()
+        # An allocator that over-commits must fail the cell, not write an "ok" record (issue 12).
+        assert u.free_bytes >= 0, f"{type(mm).__name__} over-committed: free_bytes={u.free_bytes} at step {steps}"
         alloc = u.allocated_bytes
         waste = u.waste_fraction
         num_decode = sum(1 for s in step if s.is_decode)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from jenga.evictor import PrefixSubsetEvictor
 from jenga.paged import PagedManager
 from jenga.pages import EvictHook
+from jenga.policies import CrossPolicy, FullPolicy, MambaPolicy
 from jenga.reqstate import ReqState
 
 
@@ -48,12 +49,37 @@ class ExactPool:
         self.on_evict: EvictHook = lambda t, sid: None
         self.path_counts = {"evict": 0}
         self._next = 0
+        self._j = None
+
+    def begin(self, j) -> None:
+        """Log every change into ``j`` until ``begin(None)`` (see jenga/journal.py)."""
+        self._j = j
+        if self.evictor is not None:
+            self.evictor._j = j
+        if j is not None:
+            for x in (self.used, self.cached, self.path_counts):
+                j.contents(x)
+            j.attr(self, "cached_bytes")
+            j.attr(self, "_next")
+
+    def sure_fit(self, demand: dict[int, int], owner: object = None) -> bool:
+        return True  # page names never run out; bytes are the manager's _fits
+
+    def set_data(self, key: tuple[int, int], data: int) -> None:
+        """Record what a page costs once cached (first writer wins)."""
+        if key not in self.data:
+            if self._j is not None:
+                self._j.item(self.data, key)
+            self.data[key] = data
 
     def stranded_bytes(self) -> int:
         return 0
 
     def can_fit(self, demand: dict[int, int]) -> bool:
         return True
+
+    def alloc_many(self, t: int, owner: object, n: int, tight: bool = False) -> list[int]:
+        return [self.alloc(t, owner) for _ in range(n)]
 
     def alloc(self, t: int, owner: object, tight: bool = False) -> int:
         sid = self._next
@@ -63,10 +89,13 @@ class ExactPool:
 
     def free(self, t: int, sid: int) -> None:
         self.used[t] -= 1
+        if self._j is not None:
+            self._j.item(self.data, (t, sid))
         self.data.pop((t, sid), None)
 
     def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
-        b = self.data.setdefault((t, sid), self.page_bytes[t])
+        self.set_data((t, sid), self.page_bytes[t])
+        b = self.data[(t, sid)]
         self.used[t] -= 1
         self.cached[t] += 1
         self.cached_bytes += b
@@ -98,6 +127,8 @@ class ExactPool:
         for t, sid in victims:
             self.evictor.remove(t, sid)
             self.cached[t] -= 1
+            if self._j is not None:
+                self._j.item(self.data, (t, sid))
             self.cached_bytes -= self.data.pop((t, sid))
             self.on_evict(t, sid)
             self.path_counts["evict"] += 1
@@ -113,6 +144,28 @@ class Oracle(PagedManager):
         self.transient_bytes = 0  # Mamba checkpoints held for one step (cache content in the making)
         super().__init__(specs, capacity_bytes, tokens_per_page, enable_prefix_cache, **options)
 
+    # Every allocation of the oracle can fail (bytes, not pages): always keep the undo log.
+    _journal_attrs = (*PagedManager._journal_attrs, "transient_bytes")
+
+    fits_without_pages = False
+
+    def _sure_fit(self, rs, demand, owner) -> bool:
+        return False
+
+    def _whole_page_reader(self, t: int) -> bool:
+        """True when every reader of a page of type ``t`` reads all of it for as long as it holds it
+        (full and cross attention, Mamba states): such a page shared by ``k`` running requests is
+        counted once, its data subtracted ``k - 1`` times (``dup_bytes``). Types whose readers read
+        only part of a page that shrinks as they advance (sliding window, chunked local, token drop,
+        vision embeddings) are counted once per reader: the union of the readers' parts would need
+        every reader's window per page, and subtracting the whole page under-counted, so freeing one
+        reader made the running bytes *grow* past the capacity (issue 12: token drop, KV sharing).
+        Per reader is never below the union, so the bound stays a bound."""
+        return isinstance(self.types[t].policy, (FullPolicy, CrossPolicy, MambaPolicy))
+
+    def _pin(self, t: int, sid: int, data: int, undo: list) -> None:
+        super()._pin(t, sid, data if self._whole_page_reader(t) else 0, undo)
+
     def _make_pool(self, **options) -> ExactPool:
         return ExactPool([st.page_bytes for st in self.types], self.capacity_bytes, self.enable_prefix_cache)
 
@@ -126,7 +179,8 @@ class Oracle(PagedManager):
         for t, js in hits.items():
             for j, sid in js:
                 if self.ref[t].get(sid, 0):
-                    shared += self._page_data(rs, t, j, T)  # already stored once for its other reader
+                    if self._whole_page_reader(t):  # already stored once for its other reader
+                        shared += self._page_data(rs, t, j, T)
                 else:
                     keep.add((t, sid))
                     pinned += self.pool.data[(t, sid)]  # leaves the cache, counted in new_needed
@@ -152,11 +206,14 @@ class Oracle(PagedManager):
 
     def _unref(self, t: int, sid: int, ts: int, plen: int, key, data: int) -> None:
         if self.ref[t][sid] == 1:
-            self.pool.data.setdefault((t, sid), data)  # what the page costs if it stays cached
+            self.pool.set_data((t, sid), data)  # what the page costs if it stays cached
         super()._unref(t, sid, ts, plen, key, data)
 
     # Mamba checkpoints are real copies of the state: count them while a request holds them.
     def _snapshot_mamba(self, rs: ReqState, prev: int, T: int) -> None:
+        # The manager accounts the request's new tokens after the snapshots; count them first, or
+        # the checkpoints fill room the request itself is about to take (issue 12: free bytes < 0).
+        self._account(rs)
         n0 = len(rs.transients)
         super()._snapshot_mamba(rs, prev, T)
         # Best effort, as in the paged managers: keep only the snapshots that fit next to the
