@@ -35,7 +35,9 @@ def test_failed_allocate_changes_nothing(system):
     m = make_manager(system, specs, 66882, tokens_per_page=8, enable_prefix_cache=True)
     assert m.allocate(Req("r0", list(range(500, 529)) + list(range(10000, 10034))), 63)
     r2 = Req("r2", list(range(500, 602)) + list(range(10200, 10221)))
-    assert m.lookup_prefix(r2) == 24
+    hit = m.lookup_prefix(r2)
+    # vllm_current caches sliding-window pages only at a prompt's end or a junction (D3): no hit here.
+    assert hit == (0 if system == "vllm_current" else 24)
     assert m.allocate(r2, 6)
     usage, state, whole = m.usage(), _request_state(m, "r2"), state_fingerprint(m)
     assert not m.allocate(r2, 40366)
@@ -44,7 +46,7 @@ def test_failed_allocate_changes_nothing(system):
     assert state_fingerprint(m) == whole  # pool, cache index, counters: everything
     check_invariants(m)
     # The request goes on as if the failed call never happened (its window slides then).
-    assert m.allocate(r2, 1) and m.num_computed_tokens(r2) == 31
+    assert m.allocate(r2, 1) and m.num_computed_tokens(r2) == hit + 7
     check_invariants(m)
 
 
