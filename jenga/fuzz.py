@@ -132,9 +132,16 @@ def make_stream_manager(rng: random.Random, system: str, mix: str):
     geo = jenga.page_geometry(specs, tpp)
     units = rng.choice([1, 2, 3, 5, 8, 13, 21, 40])
     capacity = geo.large_page_bytes * units + rng.randrange(geo.large_page_bytes)
+    # The artifact's sliding-window retention / widened hit check (SlidingPolicy) on the systems
+    # that take them: half the streams run with them on, so their paths are fuzzed too.
+    cls = jenga.registry.SYSTEMS[system]
+    names = getattr(getattr(cls, "func", cls), "option_names", ())
+    opts = {k: rng.choice([0, 0, 3, 8]) for k in ("sliding_retention_tokens", "sliding_hit_extra_tokens")
+            if k in names}
     for _ in range(8):
         try:
-            return jenga.make_manager(system, specs, capacity, tokens_per_page=tpp, enable_prefix_cache=cache), \
+            return jenga.make_manager(system, specs, capacity, tokens_per_page=tpp, enable_prefix_cache=cache,
+                                      **opts), \
                 tpp, cache, capacity
         except SpecError:
             capacity *= 2  # too small for one page of every type (static partition: one large page each)
