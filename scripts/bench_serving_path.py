@@ -165,7 +165,10 @@ def bench_stats(seqs: int = 64, steps: int = 200) -> float:
 
 def bench_sse_chunk(seqs: int = 64, steps: int = 50) -> float:
     from vllm.entrypoints.openai.chat_completion.protocol import (
-        ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse, DeltaMessage)
+        ChatCompletionResponseStreamChoice,
+        ChatCompletionStreamResponse,
+        DeltaMessage,
+    )
 
     blob = pickle.dumps(_outputs(seqs))
 
