@@ -211,6 +211,9 @@ class EngineConf:
     # Today's vLLM admits a request only if its whole prompt fits (scheduler_reserve_full_isl);
     # None: on for system=vllm_current, off for the engines the artifact ran (harness/sim/engine.py).
     full_prompt_admission: bool | None = None
+    # vLLM v0's --disable-async-output-proc. v0 also turns async output processing off by itself
+    # under enforce_eager (ModelConfig.verify_async_output_proc); harness/sim/cost.py, OutputProc.
+    disable_async_output_proc: bool = False
 
 
 @dataclass

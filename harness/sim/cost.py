@@ -14,6 +14,10 @@ A step's time is ``max(compute, memory, eager launch) + engine overhead``:
 - **eager launch**: eager mode (and any step CUDA graphs do not cover: prefills, decode batches
   above the largest captured graph) issues kernels from Python, ~per-layer CPU time that the GPU
   work overlaps, hence the max.
+- **serving-path output processing** (:class:`OutputProc`): the API server's per-sequence work
+  after each forward (detokenization, ``RequestOutput``, stats, pickling to the front-end
+  process); v0 only, serial when v0's async output processing is off (``enforce_eager``), else
+  overlapped with the forward.
 - **overhead**: per engine version (v0 / v1), a fixed CPU time per step plus CPU time per
   scheduled request, plus the model runner's input preparation that grows with what the step
   holds (:class:`InputPrep`: block-table entries per KV group, prefill tokens; v0 only — see
@@ -87,7 +91,8 @@ class EngineOverhead:
 #   (vllm-project/vllm#6854, the multi-step RFC, v0.5.x), and "when BS is 200, all this together
 #   [sampling, prepare input, process_model_output, scheduler] can be 20 ms" (vllm#6801, v0.5.x);
 #   ours is 3 + 200 x 0.06 = 15 ms at batch 200 (v0.6.3 overlaps output processing with the next
-#   step). The parts that grow with blocks, prompt tokens and images are in ``InputPrep`` below.
+#   step, except under enforce_eager: ``OutputProc``). The parts that grow with blocks, prompt
+#   tokens and images are in ``InputPrep`` below.
 # - eager_layer_s: a public vLLM measurement of a 28-layer 7B model in eager mode gives ~22 ms TPOT
 #   vs ~13 ms with CUDA graphs (vllm-project/vllm-omni#7960), i.e. ~0.5-0.8 ms of launch-bound
 #   time per decoder layer; we take 0.5 ms.
@@ -160,6 +165,52 @@ INPUT_PREP: dict[str, InputPrep] = {
     "v1": InputPrep(uniform_entry_s=0.0, per_layer_entry_s=0.0, prefill_token_s=0.0, slot_token_s=0.0,
                     mm_input_per_image_token_s=0.0),
 }
+
+@dataclass(frozen=True)
+class OutputProc:
+    """Engine-process CPU time per scheduled sequence per step for what the OpenAI API server's
+    streaming path adds after the forward (seconds per sequence).
+
+    The artifact measured Fig. 14 with ``benchmark_serving.py`` (``--request-rate`` inf,
+    ``"stream": True`` in ``backend_request_func.py``) against ``vllm.entrypoints.openai.api_server``
+    (``figure14.md``; docs/fidelity/serving_path.md). In vLLM v0 (both forks) the front end runs in
+    its own process (``MQLLMEngine``, ``vllm/engine/multiprocessing/engine.py``), and the engine
+    process does, per step and per scheduled sequence, after the forward:
+
+    - incremental detokenization (``Detokenizer.decode_sequence_inplace`` →
+      ``detokenize_incrementally``, ``vllm/transformers_utils/detokenizer.py``);
+    - ``RequestOutputFactory.create`` → ``RequestOutput.from_seq_group`` (DELTA outputs);
+    - the stats the server logs (``--disable-log-stats`` is not passed): ``_get_stats`` collects one
+      inter-token latency per decoding sequence and ``PrometheusStatLogger._log_histogram``
+      observes each one;
+    - ``MQLLMEngine._send_outputs``: ``pickle.dumps`` of the step's outputs before the ZMQ send.
+
+    Measured with ``scripts/bench_serving_path.py`` (thread CPU time, this project's host,
+    three runs): 6.0-7.1 µs detokenization, 1.4-1.6 µs ``RequestOutput``, 1.7-2.0 µs pickle,
+    2.2-2.3 µs stats → 12 µs per sequence per step. These are equivalents of the code path
+    (vLLM 0.32's ``detokenize_incrementally``, which is v0's function, on a byte-level BPE tokenizer
+    trained locally; 0.32's ``RequestOutput``), not the 0.6.3 objects.
+
+    Whether it is on the step's critical path is the engine's ``use_async_output_proc``: v0.6.3
+    overlaps output processing with the next step's forward (``LLMEngine.step``: ``_process_model_
+    outputs`` runs from the model runner's ``async_callback``), but ``ModelConfig.verify_async_
+    output_proc`` turns that off under ``enforce_eager`` (and ``--disable-async-output-proc``), and
+    then ``step`` runs it serially after the forward, and ``MQLLMEngine`` sends synchronously
+    (``use_async_sockets = use_async_output_proc``). v1 (``vllm-v1``): detokenization and
+    ``RequestOutput``s are in the front-end process (``AsyncLLM._run_output_handler`` →
+    ``OutputProcessor.process_outputs``) and the engine core serializes its outputs in a separate
+    thread (``EngineCoreProc.process_output_socket``), hence zero here (its scheduler's per-request
+    update stays in ``EngineOverhead.per_request_s``).
+    """
+
+    per_seq_s: float
+
+
+OUTPUT_PROC: dict[str, OutputProc] = {
+    "v0": OutputProc(per_seq_s=12e-6),
+    "v1": OutputProc(per_seq_s=0.0),
+}
+
 
 # Systems that ran on the artifact's upstream (uniform) block manager; every other system ran on
 # Jenga's PerlayerBlockSpaceManager fork (figure14.md: max page / static partition / Jenga pass
@@ -321,6 +372,11 @@ class CostModel:
         self.block_manager = block_manager
         self.block_size = int(_get(engine, "tokens_per_page", 16) or 16)
         self.eager = bool(_get(engine, "enforce_eager", False))
+        self.output_proc = OUTPUT_PROC[version]
+        # v0's use_async_output_proc (ModelConfig.verify_async_output_proc): on by default, off
+        # under enforce_eager or --disable-async-output-proc. v1 has no such switch (OutputProc).
+        self.async_output = version == "v0" and not self.eager and \
+            not bool(_get(engine, "disable_async_output_proc", False))
         fp8 = profile.weight_dtype_bytes <= 1
         self.efficiency = gpu_efficiency(gpu, profiles_dir, self.tp)
         peak = float(_get(gpu, "peak_fp8_flops" if fp8 else "peak_bf16_flops"))
@@ -486,8 +542,17 @@ class CostModel:
                                                           self.allreduce_latency_s)
         graphed = not self.eager and not is_prefill and len(batch) <= self.overhead.max_graph_batch
         launch = 0.0 if graphed else p.num_layers * self.overhead.eager_layer_s
-        return (max(gpu_time, launch) + self.overhead.step_s + self.overhead.per_request_s * len(batch)
-                + self.input_prep_time(batch))
+        cpu = self.overhead.step_s + self.overhead.per_request_s * len(batch) + self.input_prep_time(batch)
+        return self.output_time(gpu_time, launch, len(batch)) + cpu
+
+    def output_time(self, gpu_time: float, launch: float, seqs: int) -> float:
+        """Forward plus the serving path's output processing (:class:`OutputProc`): serial after
+        the forward when async output processing is off, else overlapped with the (next) forward,
+        so it costs only what exceeds the GPU time beyond the launch CPU it competes with."""
+        out = self.output_proc.per_seq_s * seqs
+        if self.async_output:
+            return max(gpu_time, launch + out)
+        return max(gpu_time, launch) + out
 
     # -- capacity -------------------------------------------------------------------------------
     def activation_peak_bytes(self) -> int:
