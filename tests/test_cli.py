@@ -18,7 +18,7 @@ import pytest
 from harness import cli, experiment, run
 from harness.config import ConfigError, compose_cell
 from harness.records import finished_record
-from harness.sweeps import driver
+from harness.study import driver
 
 REPO = Path(__file__).resolve().parent.parent
 EXP = REPO / "experiments"
@@ -132,17 +132,20 @@ def test_bad_experiment_files_and_arguments(tmp_path, capsys, body, argv, needle
     assert len(errs) == 1 and needle in errs[0]
 
 
-def test_missing_file_wrong_driver_and_jobs_zero(tmp_path, capsys):
+def test_missing_file_wrong_kind_and_jobs_zero(tmp_path, capsys):
     assert experiment.main([str(tmp_path / "nope.yaml")]) == 2
     assert "not found" in _errors(capsys)[0]
-    assert experiment.main([str(EXP / "window_sweep.yaml")]) == 2
-    assert "python -m harness.sweeps" in _errors(capsys)[0]
-    assert driver.main([str(EXP / "fig13.yaml")]) == 2
-    assert "python -m harness.experiment" in _errors(capsys)[0]
+    # One entry point: a kind's own planner refuses another kind's file, naming the entry point.
+    with pytest.raises(cli.UsageError, match="python -m harness.study"):
+        experiment.plan(EXP / "window_sweep.yaml", [])
     from harness.studies import micro
 
-    with pytest.raises(cli.UsageError, match="harness.sweeps"):
+    with pytest.raises(cli.UsageError, match="kind window"):
         micro.main([str(EXP / "window_sweep.yaml")])
+    assert driver.main([str(_exp(tmp_path, "name: x\nkind: nope\ncells: [{model: m}]\n"))]) == 2
+    assert "kind='nope' is not a study kind" in _errors(capsys)[0]
+    assert driver.main([str(EXP / "micro.yaml"), "--launcher", "slurm"]) == 2
+    assert "runs inline only" in _errors(capsys)[0]
     with pytest.raises(SystemExit) as e:
         experiment.main([str(EXP / "fig13.yaml"), "--jobs", "0"])
     assert e.value.code == 2
