@@ -167,22 +167,18 @@ def write_summary(rows: list[dict[str, Any]], args: StudyArgs, wall_s: float) ->
     return df
 
 
-def aggregate(df: pd.DataFrame, keys: list[str], metrics: list[str], confidence: float = 0.95) -> pd.DataFrame:
-    """Mean over seeds of each metric per ``keys`` group, with its Student-t confidence interval
-    (``<metric>_ci_lo`` / ``_ci_hi``; NaN with one seed) and ``seeds`` (the ok runs; one column name with harness.analysis and the sweeps). Failed rows are left out."""
-    from harness.analysis import mean_ci
+def aggregate(df: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
+    """Mean over seeds of each metric per ``keys`` group, with its Student-t 95 % interval
+    (``<metric>_ci_lo`` / ``_ci_hi``; NaN with one seed) and ``seeds`` (the ok runs): the one seed
+    aggregation, :func:`harness.analysis.aggregate_seeds`. Failed rows are left out."""
+    from harness.analysis import aggregate_seeds
 
-    ok = df[df["status"] == "ok"] if "status" in df else df
-    rows = []
-    for key, g in ok.groupby(keys, sort=False, dropna=False):
-        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        row["seeds"] = len(g)
-        for m in metrics:
-            if m in g:
-                mean, lo, hi = mean_ci(pd.to_numeric(g[m], errors="coerce"), confidence)
-                row.update({m: mean, f"{m}_ci_lo": lo, f"{m}_ci_hi": hi})
-        rows.append(row)
-    return pd.DataFrame(rows)
+    ok = df[df["status"] == "ok"] if "status" in df else df.assign(status="ok")
+    present = [m for m in metrics if m in ok]
+    agg = aggregate_seeds(ok, keys, present)
+    if agg.empty:
+        return agg
+    return agg[list(keys) + ["seeds"] + [c for m in present for c in (m, f"{m}_ci_lo", f"{m}_ci_hi")]]
 
 
 def yerr(agg: pd.DataFrame, metric: str, scale: float = 1.0):
