@@ -42,34 +42,38 @@ fuzz: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check jenga harness tests bench
 
+# Every study goes through the one study pipeline, `python -m harness.study experiments/<name>.yaml`
+# (harness/study; the file's `kind:` picks its axes and report). ARGS="mode=smoke seeds=0,1 --jobs 2
+# --dry-run ...". Interrupted studies resume from the finished records (--force reruns).
+STUDY = $(PY) -m harness.study
+
 reproduce-fig13: $(STAMP)
-	$(PY) -m harness.experiment experiments/fig13.yaml $(ARGS)
+	$(STUDY) experiments/fig13.yaml $(ARGS)
 
 reproduce-fig14: $(STAMP)
-	$(PY) -m harness.experiment experiments/fig14.yaml $(ARGS)
+	$(STUDY) experiments/fig14.yaml $(ARGS)
 
-# Issue 6 studies (harness/studies): the paper's micro-experiments, speculative decoding, the
-# vision-embedding cache, Mamba prefix caching vs Marconi. ARGS="mode=smoke --jobs 2 ...".
+# Issue 6 studies: the paper's micro-experiments, speculative decoding, the vision-embedding cache,
+# Mamba prefix caching vs Marconi (kinds micro, specdec, vlm_embed, mamba_prefix: inline only).
 .PHONY: micro specdec vlm-embed mamba-prefix
 micro: $(STAMP)
-	$(PY) -m harness.studies.micro experiments/micro.yaml $(ARGS)
+	$(STUDY) experiments/micro.yaml $(ARGS)
 
 specdec: $(STAMP)
-	$(PY) -m harness.studies.specdec experiments/specdec.yaml $(ARGS)
+	$(STUDY) experiments/specdec.yaml $(ARGS)
 
 vlm-embed: $(STAMP)
-	$(PY) -m harness.studies.vlm_embed experiments/vlm_embed.yaml $(ARGS)
+	$(STUDY) experiments/vlm_embed.yaml $(ARGS)
 
 mamba-prefix: $(STAMP)
-	$(PY) -m harness.studies.mamba_prefix experiments/mamba_prefix.yaml $(ARGS)
+	$(STUDY) experiments/mamba_prefix.yaml $(ARGS)
 
-# Issue 6 sweeps (harness/sweeps): ARGS="mode=smoke seeds=0,1 ..."; SWEEP_LAUNCHER=inline (joblib
-# pool in the driver), joblib (Hydra's joblib launcher, one process per cell) or slurm (submitit;
-# SWEEP_HYDRA="hydra.launcher.partition=..."). Interrupted sweeps resume from the finished records.
+# Issue 6 sweeps: SWEEP_LAUNCHER=inline (joblib pool in the driver), joblib (Hydra's joblib
+# launcher, one process per cell) or slurm (submitit; SWEEP_HYDRA="hydra.launcher.partition=...").
 SWEEP_LAUNCHER ?= inline
 SWEEP_JOBS ?= 2
 SWEEP_HYDRA ?=
-SWEEP = $(PY) -m harness.sweeps --launcher $(SWEEP_LAUNCHER) --jobs $(SWEEP_JOBS) $(if $(SWEEP_HYDRA),--hydra "$(SWEEP_HYDRA)")
+SWEEP = $(STUDY) --launcher $(SWEEP_LAUNCHER) --jobs $(SWEEP_JOBS) $(if $(SWEEP_HYDRA),--hydra "$(SWEEP_HYDRA)")
 
 sweep-window: $(STAMP)
 	$(SWEEP) experiments/window_sweep.yaml $(ARGS)

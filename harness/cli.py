@@ -1,10 +1,8 @@
-"""The command line every study driver shares: arguments, study files, checks before any work,
-``--dry-run``, a progress bar and a clean ctrl-C.
+"""The study command line (``python -m harness.study``, :mod:`harness.study.driver`): arguments,
+study files, checks before any work, ``--dry-run``, a progress bar and a clean ctrl-C.
 
-``harness.experiment``, ``harness.sweeps`` and ``harness.studies.*`` all parse
-
-    python -m <driver> experiments/<name>.yaml [key=value ...] [--jobs N] [--force] [--out DIR]
-                       [--dry-run] [--no-progress]
+    python -m harness.study experiments/<name>.yaml [key=value ...] [--jobs N] [--force] [--out DIR]
+                            [--dry-run] [--no-progress]
 
 through :func:`parser`/:func:`parse` (flags and overrides in any order: ``--force mode=smoke``),
 load the file through :func:`load_study_file` (a missing, malformed or wrong-driver file is one
@@ -25,17 +23,6 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Outputs of smoke runs go here (git-ignored), never beside the committed references.
 SMOKE_ROOT = REPO_ROOT / "results" / "smoke"
-# Which driver runs a study file, told by the key only that kind of file has (first match wins).
-DRIVERS: tuple[tuple[str, str, str], ...] = (
-    ("kind", "harness.sweeps", "python -m harness.sweeps"),
-    ("parts", "harness.studies.micro", "make micro"),
-    ("pairs", "harness.studies.specdec", "make specdec"),
-    ("workloads", "harness.studies.mamba_prefix", "make mamba-prefix"),
-    ("models", "harness.studies.vlm_embed", "make vlm-embed"),
-    ("cells", "harness.experiment", "python -m harness.experiment"),
-)
-
-
 class UsageError(ValueError):
     """A bad command line or study file: one message, exit status 2, nothing written."""
 
@@ -119,16 +106,17 @@ def parse_seeds(value: Any, where: str) -> list[int]:
 
 # -- study files -------------------------------------------------------------------------------------
 def driver_of(study: dict[str, Any]) -> tuple[str, str]:
-    """(module, command) of the driver that runs a study file."""
-    for key, module, command in DRIVERS:
-        if key in study:
-            return module, command
-    return "harness.experiment", "python -m harness.experiment"
+    """(module, command) of the kind of study a file is (its ``kind:``, :mod:`harness.study.kinds`)."""
+    from harness.study.kinds import kind_of
+
+    kind = kind_of(study)
+    return kind.module, f"python -m harness.study (kind {kind.name}; {kind.make})"
 
 
 def load_study_file(path: str | Path, driver: str | None) -> dict[str, Any]:
     """A study file as a dict: one :class:`UsageError` if it is missing, not YAML, not a mapping,
-    has no ``name``, or belongs to another driver than ``driver`` (a module name; None: any)."""
+    has no ``name`` or an unknown ``kind``, or belongs to another kind than ``driver`` (the kind's
+    module name; None: any)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
@@ -149,7 +137,7 @@ def load_study_file(path: str | Path, driver: str | None) -> dict[str, Any]:
         raise UsageError(f"study file {path}: missing key 'name'")
     module, command = driver_of(study)
     if driver is not None and module != driver:
-        raise UsageError(f"{path} is a study file for {module}, not {driver}; run it with `{command} {path}`")
+        raise UsageError(f"{path} is a study file for {module}, not {driver}; run it with `{command}`")
     return study
 
 

@@ -1,12 +1,15 @@
 """Run an experiment file (contract §3): cells × systems × seeds → records → summary → figure.
 
-    python -m harness.experiment experiments/fig13.yaml [mode=smoke] [gpu=l4] [backend=sim] [seeds=0,1]
-                                 [other Hydra overrides] [--jobs N] [--force] [--out DIR] [--dry-run]
+    python -m harness.study experiments/fig13.yaml [mode=smoke] [gpu=l4] [backend=sim] [seeds=0,1]
+                            [other Hydra overrides] [--jobs N] [--force] [--out DIR] [--dry-run]
+
+This module is the ``figure`` kind of :mod:`harness.study` (the one study pipeline): its plan
+(cells × systems × seeds) and its report (summary, speedup means, bar figure).
 
 Every cell's config is composed and checked before the first runs (a typo is one error and
 nothing is written; the command line is parsed by :mod:`harness.cli`, shared by every driver).
 
-Each cell runs in its own process (joblib); a tqdm bar counts cells done / total. A failing cell
+Cells run through :mod:`harness.study.run` (joblib pool, or ``--launcher joblib|slurm``); a tqdm bar counts cells done / total. A failing cell
 becomes a failure row and the sweep goes on; finished records are reused (``--force`` reruns).
 Then it writes ``<out>/summary.csv``, prints the table with the geometric and arithmetic means of
 the speedups (ours and the paper's) and draws ``<out>/<name>.png``. ``<out>`` defaults to
@@ -99,23 +102,15 @@ def plan(exp_path: str | Path | dict[str, Any], cli_overrides: list[str]) -> Pla
     return p
 
 
-def _run_one(overrides: list[str], force: bool) -> dict[str, Any]:
-    # Imported in the worker process; any exception becomes a failure row, never kills the sweep.
-    try:
-        from harness.run import run_overrides
+def execute(p: Plan, args) -> list[dict[str, Any]]:
+    """Run every cell (:func:`harness.study.run.run_cells`: inline joblib pool or a Hydra
+    launcher) with a progress bar; records come back in plan order. Each distinct error is printed
+    once, when it first happens; repeats are counted."""
+    from harness.study.run import run_cells
 
-        return run_overrides(overrides + (["force=true"] if force else []))
-    except Exception as exc:  # noqa: BLE001 - not BaseException: ctrl-C must stop the sweep
-        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "overrides": overrides}
-
-
-def execute(p: Plan, jobs: int, force: bool = False, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every cell, one process per cell (``jobs`` at a time), with a progress bar; records come
-    back in plan order."""
     seen: dict[str, int] = {}
 
     def note(bar, rec: dict[str, Any]) -> None:
-        # Each distinct error is printed once, when it first happens; repeats are counted.
         if rec.get("status") != "ok":
             err = str(rec.get("error"))
             if err not in seen:
@@ -123,7 +118,7 @@ def execute(p: Plan, jobs: int, force: bool = False, progress: bool = True) -> l
                           file=sys.stderr)
             seen[err] = seen.get(err, 0) + 1
 
-    records = cli.run_tasks(_run_one, [(r.overrides, force) for r in p.runs], jobs, f"{p.name} cells", progress, note)
+    records = run_cells(args, args.experiment, p.name, [r.overrides for r in p.runs], note)
     for err, n in seen.items():
         if n > 1:
             print(f"{n} cells failed with: {err}", file=sys.stderr)
@@ -189,21 +184,12 @@ def report(p: Plan, records: list[dict[str, Any]], out_dir: Path, default_gpu: s
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    return cli.guard(lambda: _main(argv))
-
-
-def _main(argv: list[str] | None) -> int:
-    args = cli.parse(cli.parser(__doc__, "python -m harness.experiment"), argv)
-    exp = cli.load_study_file(args.experiment, "harness.experiment")
-    p = plan(exp, args.overrides)
-    # Every cell's config is composed and checked before the first one runs (one error, no output).
-    cfgs = cli.check_cells([(f"{r.model}/{r.system}/seed{r.seed}", r.overrides) for r in p.runs])
-    if args.dry_run:
-        return cli.print_dry_run([f"{r.model}/{r.system}/seed{r.seed}" for r in p.runs], cfgs, args.force)
+def run(args, exp: dict[str, Any], p: Plan) -> int:
+    """The ``figure`` kind of :mod:`harness.study`: run the planned cells, write the summary and
+    the figure, print the run's tally. Exit status 1 only if nothing ran."""
     default_gpu = exp.get("gpu", "h100")
     t0 = time.perf_counter()
-    records = execute(p, args.jobs, args.force, progress=not args.no_progress)
+    records = execute(p, args)
     wall = time.perf_counter() - t0
     out = Path(args.out) if args.out else cli.default_out(p.name, p.mode)
     report(p, records, out, default_gpu)
@@ -220,6 +206,13 @@ def _main(argv: list[str] | None) -> int:
     print(f"wrote {out}")
     # Failed cells are reported, not fatal: the exit status is an error only if nothing ran.
     return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Deprecated entry point: ``python -m harness.study`` runs every study file."""
+    from harness.study.driver import main as study_main
+
+    return study_main(argv)
 
 
 if __name__ == "__main__":

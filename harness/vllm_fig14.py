@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped {s}")
     if a.dry_run:
         return 0
-    from harness import experiment
-    return experiment.main([str(path), f"gpu={a.gpu}", "backend=vllm", *a.overrides, "--jobs", "1",
+    from harness.study.driver import main as study_main
+    return study_main([str(path), f"gpu={a.gpu}", "backend=vllm", *a.overrides, "--jobs", "1",
                             "--out", str(OUT)])
 
 

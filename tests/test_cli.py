@@ -18,7 +18,7 @@ import pytest
 from harness import cli, experiment, run
 from harness.config import ConfigError, compose_cell
 from harness.records import finished_record
-from harness.sweeps import driver
+from harness.study import driver
 
 REPO = Path(__file__).resolve().parent.parent
 EXP = REPO / "experiments"
@@ -132,17 +132,20 @@ def test_bad_experiment_files_and_arguments(tmp_path, capsys, body, argv, needle
     assert len(errs) == 1 and needle in errs[0]
 
 
-def test_missing_file_wrong_driver_and_jobs_zero(tmp_path, capsys):
+def test_missing_file_wrong_kind_and_jobs_zero(tmp_path, capsys):
     assert experiment.main([str(tmp_path / "nope.yaml")]) == 2
     assert "not found" in _errors(capsys)[0]
-    assert experiment.main([str(EXP / "window_sweep.yaml")]) == 2
-    assert "python -m harness.sweeps" in _errors(capsys)[0]
-    assert driver.main([str(EXP / "fig13.yaml")]) == 2
-    assert "python -m harness.experiment" in _errors(capsys)[0]
+    # One entry point: a kind's own planner refuses another kind's file, naming the entry point.
+    with pytest.raises(cli.UsageError, match="python -m harness.study"):
+        experiment.plan(EXP / "window_sweep.yaml", [])
     from harness.studies import micro
 
-    with pytest.raises(cli.UsageError, match="harness.sweeps"):
+    with pytest.raises(cli.UsageError, match="kind window"):
         micro.main([str(EXP / "window_sweep.yaml")])
+    assert driver.main([str(_exp(tmp_path, "name: x\nkind: nope\ncells: [{model: m}]\n"))]) == 2
+    assert "kind='nope' is not a study kind" in _errors(capsys)[0]
+    assert driver.main([str(EXP / "micro.yaml"), "--launcher", "slurm"]) == 2
+    assert "runs inline only" in _errors(capsys)[0]
     with pytest.raises(SystemExit) as e:
         experiment.main([str(EXP / "fig13.yaml"), "--jobs", "0"])
     assert e.value.code == 2
@@ -238,3 +241,34 @@ def test_a_runtime_failure_shared_by_every_cell_is_printed_once(tmp_path, capsys
 
     s = pd.read_csv(tmp_path / "out" / "summary_smoke.csv")
     assert len(s) == 2 and list(s.failed) == [2, 2]        # one row per cell, failures aggregated
+
+
+# -- the one study entry point (issue 10 item 1) ---------------------------------------------------
+MAKE_TARGETS = {"reproduce-fig13": "fig13", "reproduce-fig14": "fig14", "sweep-window": "window_sweep",
+                "sweep-mix": "mix_sweep", "ablation": "ablation", "lcm-churn": "lcm_churn", "micro": "micro",
+                "specdec": "specdec", "vlm-embed": "vlm_embed", "mamba-prefix": "mamba_prefix"}
+
+
+def test_every_study_file_names_a_registered_kind_and_every_make_target_calls_harness_study():
+    from harness.study import kinds
+
+    files = sorted(EXP.glob("*.yaml"))
+    assert {f.stem for f in files} == set(MAKE_TARGETS.values())
+    for f in files:
+        study = cli.load_study_file(f, None)
+        assert study.get("kind") in kinds.KINDS, f.name
+    make = (REPO / "Makefile").read_text().splitlines()
+    for target, name in MAKE_TARGETS.items():
+        recipe = make[make.index(next(line for line in make if line.startswith(f"{target}:"))) + 1]
+        assert f"experiments/{name}.yaml" in recipe and ("$(STUDY)" in recipe or "$(SWEEP)" in recipe), target
+    assert "STUDY = $(PY) -m harness.study" in make and "SWEEP = $(STUDY) " in "\n".join(make)
+
+
+def test_study_entry_point_dry_runs_every_kind_family(capsys):
+    """One entry point plans a figure, a sweep and an issue-6 study; --dry-run runs nothing."""
+    assert driver.main([str(EXP / "fig13.yaml"), "mode=smoke", "seeds=0", "--dry-run"]) == 0
+    assert "14 cells:" in capsys.readouterr().out
+    assert driver.main([str(EXP / "lcm_churn.yaml"), "mode=smoke", "--dry-run"]) == 0
+    assert "(dry run: nothing ran)" in capsys.readouterr().out
+    assert driver.main([str(EXP / "specdec.yaml"), "mode=smoke", "seeds=0", "--dry-run"]) == 0
+    assert "tasks (dry run: nothing ran)" in capsys.readouterr().out

@@ -80,6 +80,6 @@ def test_aggregate_mean_and_t_interval():
                        "status": ["ok", "ok", "ok", "ok", "failed"]})
     agg = common.aggregate(df, ["system"], ["v"]).set_index("system")
     half = 4.302652729911275 / np.sqrt(3)   # t(0.975, 2) x sem([1, 2, 3])
-    assert agg.loc["a", "v"] == 2.0 and agg.loc["a", "n_seeds"] == 3
+    assert agg.loc["a", "v"] == 2.0 and agg.loc["a", "seeds"] == 3
     assert agg.loc["a", "v_ci_lo"] == pytest.approx(2 - half) and agg.loc["a", "v_ci_hi"] == pytest.approx(2 + half)
-    assert agg.loc["b", "n_seeds"] == 1 and np.isnan(agg.loc["b", "v_ci_lo"])  # failed seed left out
+    assert agg.loc["b", "seeds"] == 1 and np.isnan(agg.loc["b", "v_ci_lo"])  # failed seed left out

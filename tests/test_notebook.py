@@ -33,7 +33,7 @@ def test_studies_write_smoke_summaries(smoke_results):
         d = smoke_results / "results" / name
         assert (d / "summary_smoke.csv").exists() and (d / f"{name}_smoke.png").exists()
         means = pd.read_csv(d / "summary_mean_smoke.csv")
-        assert (means["n_seeds"] == 1).all()
+        assert (means["seeds"] == 1).all()
 
 
 def test_notebook_executes_and_redraws(smoke_results):

@@ -15,7 +15,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from harness.sweeps import ablation, driver, lcm, mix, stats
+from harness.study import driver
+from harness.study import run as study_run
+from harness.sweeps import ablation, lcm, mix, stats
 from harness.sweeps.plan import load_study, plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +134,8 @@ def test_window_sweep_smoke_waste(tmp_path):
     than the requests leaves vLLM holding out-of-window tokens that Jenga frees."""
     p = plan(EXP / "window_sweep.yaml", ["mode=smoke", f"out_dir={tmp_path / 'runs'}", "mode.length_scale=1.0"])
     p.runs = [r for r in p.runs if r.model == "gemma3_12b"]
-    s = __import__("harness.sweeps.window", fromlist=["report"]).report(p, driver.run_inline(p, 1, progress=False),
+    records = study_run.run_inline([r.overrides for r in p.runs], 1, progress=False)
+    s = __import__("harness.sweeps.window", fromlist=["report"]).report(p, records,
                                                                          tmp_path / "out")
     assert (tmp_path / "out" / "summary_smoke.csv").exists() and (tmp_path / "out" / "window_sweep_smoke.png").exists()
     w = s.set_index(["window", "length", "system"])["waste_fraction"]
@@ -160,12 +163,12 @@ def test_interrupted_sweep_resumes_without_redoing_finished_cells(tmp_path):
     assert len(p.runs) == 4
     full = list(p.runs)
     p.runs = full[:2]                       # the sweep "dies" after two cells
-    first = driver.run_inline(p, 1, progress=False)
+    first = study_run.run_inline([r.overrides for r in p.runs], 1, progress=False)
     assert all(r["status"] == "ok" and not r.get("reused") for r in first)
     done = sorted((tmp_path / "runs").rglob("record.json"))
     stamps = {f: f.stat().st_mtime_ns for f in done}
     p.runs = full                           # rerun the whole sweep
-    second = driver.run_inline(p, 1, progress=False)
+    second = study_run.run_inline([r.overrides for r in p.runs], 1, progress=False)
     assert [bool(r.get("reused")) for r in second] == [True, True, False, False]
     assert {f: f.stat().st_mtime_ns for f in done} == stamps
     assert second[0]["throughput_req_s"] == first[0]["throughput_req_s"]
@@ -186,17 +189,17 @@ def test_slurm_launcher_config_composes():
     assert (launcher.partition, launcher.timeout_min, launcher.cpus_per_task, launcher.max_num_timeout) == \
         ("cpu", 30, 1, 2)
     assert cfg.cell == 3 and cfg.study == "x.yaml"
-    cmd = driver.launcher_command(EXP / "ablation.yaml", 5, ["mode=smoke"], "slurm", 2, False, tmp := Path("/x"))
+    cmd = study_run.launcher_command(EXP / "ablation.yaml", 5, ["mode=smoke"], "slurm", 2, False, tmp := Path("/x"))
     assert "hydra/launcher=slurm" in cmd and "cell=range(0,5)" in cmd and f"hydra.sweep.dir={tmp}" in cmd
     with pytest.raises(ValueError, match="allowed: \\['joblib', 'slurm'\\]"):
-        driver.launcher_command(EXP / "ablation.yaml", 5, [], "local", 2, False, tmp)
+        study_run.launcher_command(EXP / "ablation.yaml", 5, [], "local", 2, False, tmp)
 
 
 def test_slurm_multirun_dry_run_prints_the_launcher():
     """The real command line with hydra/launcher=slurm, composed and printed (--cfg), not submitted."""
-    cmd = driver.launcher_command(EXP / "lcm_churn.yaml", 4, ["mode=smoke"], "slurm", 2, False, Path("/tmp/x"))
+    cmd = study_run.launcher_command(EXP / "lcm_churn.yaml", 4, ["mode=smoke"], "slurm", 2, False, Path("/tmp/x"))
     # --cfg cannot be combined with -m: compose the first job's config instead of the sweep.
-    i = cmd.index("harness.sweeps.launch")
+    i = cmd.index("harness.study.launch")
     assert cmd[i + 1] == "-m"
     cmd = ["cell=0" if c.startswith("cell=") else c for c in cmd[:i + 1] + cmd[i + 2:]]
     out = subprocess.run([*cmd, "--cfg", "hydra", "--package", "hydra.launcher"], cwd=ROOT, capture_output=True,
@@ -213,20 +216,21 @@ def test_hydra_joblib_launcher_runs_cells(tmp_path):
     cli = ["mode=smoke", f"out_dir={tmp_path / 'runs'}"]
     # One worker runs both jobs: the second must still find the cell schema (the joblib launcher
     # restores Hydra's singletons before each job).
-    cmd = driver.launcher_command(f, 2, cli, "joblib", 1, False, tmp_path / "hydra")
+    cmd = study_run.launcher_command(f, 2, cli, "joblib", 1, False, tmp_path / "hydra")
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(list((tmp_path / "runs").rglob("record.json"))) == 2
     assert (tmp_path / "hydra" / "1" / ".hydra" / "overrides.yaml").exists()
-    recs = driver.collect(plan(f, cli))
+    recs = study_run.collect([r.overrides for r in plan(f, cli).runs])
     assert [(r["status"], r.get("reused"), r["seed"]) for r in recs] == [("ok", True, 0), ("ok", True, 1)]
-    missing = driver.collect(plan(f, [*cli, "seeds=7"]))
+    missing = study_run.collect([r.overrides for r in plan(f, [*cli, "seeds=7"]).runs])
     assert missing[0]["status"] == "failed" and "no launcher job finished this cell" in missing[0]["error"]
 
 
-def test_driver_module_entry_point():
-    out = subprocess.run([sys.executable, "-m", "harness.sweeps", "--help"], cwd=ROOT, capture_output=True, text=True,
+@pytest.mark.parametrize("module", ["harness.study", "harness.sweeps"])   # the second: deprecated shim
+def test_driver_module_entry_point(module):
+    out = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
                          check=False)
     assert out.returncode == 0 and "--launcher" in out.stdout
 

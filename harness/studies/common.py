@@ -26,6 +26,9 @@ from harness.sim import engine
 
 REPO_ROOT = cli.REPO_ROOT
 PROVENANCE_COLS = ("git_rev", "dirty", "time", "config_hash")
+# The study module of each study kind, told by the first key its file requires.
+_MODULE_OF_KEYS = {"parts": "harness.studies.micro", "pairs": "harness.studies.specdec",
+                   "workloads": "harness.studies.mamba_prefix", "models": "harness.studies.vlm_embed"}
 
 
 # -- study files and CLI ---------------------------------------------------------------------------
@@ -68,7 +71,8 @@ def parse_args(doc: str, required: Iterable[str], argv: list[str] | None = None)
     before any work; a problem is one :class:`harness.cli.UsageError`."""
     required = tuple(required)
     args = cli.parse(cli.parser(doc), argv)
-    driver = next((m for key, m, _ in cli.DRIVERS if key in required), "harness.studies")
+    # The kind whose study module calls this: its file's ``kind:`` must match.
+    driver = _MODULE_OF_KEYS.get(required[0])
     study = load_study(args.experiment, required, driver)
     special, extra = cli.split_cli(args.overrides)
     mode = special.get("mode", "full")
@@ -163,22 +167,18 @@ def write_summary(rows: list[dict[str, Any]], args: StudyArgs, wall_s: float) ->
     return df
 
 
-def aggregate(df: pd.DataFrame, keys: list[str], metrics: list[str], confidence: float = 0.95) -> pd.DataFrame:
-    """Mean over seeds of each metric per ``keys`` group, with its Student-t confidence interval
-    (``<metric>_ci_lo`` / ``_ci_hi``; NaN with one seed) and ``n_seeds``. Failed rows are left out."""
-    from harness.analysis import mean_ci
+def aggregate(df: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
+    """Mean over seeds of each metric per ``keys`` group, with its Student-t 95 % interval
+    (``<metric>_ci_lo`` / ``_ci_hi``; NaN with one seed) and ``seeds`` (the ok runs): the one seed
+    aggregation, :func:`harness.analysis.aggregate_seeds`. Failed rows are left out."""
+    from harness.analysis import aggregate_seeds
 
-    ok = df[df["status"] == "ok"] if "status" in df else df
-    rows = []
-    for key, g in ok.groupby(keys, sort=False, dropna=False):
-        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        row["n_seeds"] = len(g)
-        for m in metrics:
-            if m in g:
-                mean, lo, hi = mean_ci(pd.to_numeric(g[m], errors="coerce"), confidence)
-                row.update({m: mean, f"{m}_ci_lo": lo, f"{m}_ci_hi": hi})
-        rows.append(row)
-    return pd.DataFrame(rows)
+    ok = df[df["status"] == "ok"] if "status" in df else df.assign(status="ok")
+    present = [m for m in metrics if m in ok]
+    agg = aggregate_seeds(ok, keys, present)
+    if agg.empty:
+        return agg
+    return agg[list(keys) + ["seeds"] + [c for m in present for c in (m, f"{m}_ci_lo", f"{m}_ci_hi")]]
 
 
 def yerr(agg: pd.DataFrame, metric: str, scale: float = 1.0):

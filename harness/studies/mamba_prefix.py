@@ -1,7 +1,7 @@
 """Mamba prefix caching: Jenga's fixed checkpoint interval (512, 1024) against a Marconi-style
 rival (admission at branch points and the last token, FLOP-aware eviction) on Jamba.
 
-    python -m harness.studies.mamba_prefix experiments/mamba_prefix.yaml [mode=smoke] [--jobs N] [--out DIR]
+    python -m harness.study experiments/mamba_prefix.yaml [mode=smoke] [--jobs N] [--out DIR]
 
 Per shared-prefix workload and system: prefix hit rate (first-admission hit tokens / prompt
 tokens), throughput, TTFT, checkpoints admitted. Simulated (``harness.sim.marconi``). Writes
@@ -109,7 +109,7 @@ def plot(df: pd.DataFrame, path, mode: str, note: str) -> None:
         ax.set_xticks(range(len(wls)))
         ax.set_xticklabels(wls, fontsize=7, rotation=20, ha="right")
         ax.set_ylabel(ylabel)
-    n = int(agg["n_seeds"].max()) if len(agg) else 0
+    n = int(agg["seeds"].max()) if len(agg) else 0
     common.finish_figure(fig, axes[0], f"Mamba prefix caching on Jamba-1.5-Mini (4×H100), shared-prefix arXiv-QA "
                          f"— {note}; {common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; the paper publishes "
                          "no values here", path, ncol=len(systems))

@@ -1,6 +1,6 @@
 """The paper's micro-experiments (arXiv v1 §7.3 setups, paper_facts §1.3-§1.4), results ours.
 
-    python -m harness.studies.micro experiments/micro.yaml [mode=smoke] [--jobs N] [--out DIR]
+    python -m harness.study experiments/micro.yaml [mode=smoke] [--jobs N] [--out DIR]
 
 Four parts, each a set of ordinary cells run through :func:`harness.run.run_overrides` (cached
 records under ``out_dir``, default ``results/runs``):
@@ -156,7 +156,7 @@ def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
         a.axvline(4.0, color="black", linestyle=":", linewidth=0.8)
         a.text(4.05, 0.98, "paper's range ends (4 req/s)", transform=a.get_xaxis_transform(), fontsize=7,
                va="top")
-    n = int(agg["n_seeds"].max()) if len(agg) else 0
+    n = int(agg["seeds"].max()) if len(agg) else 0
     fig.suptitle(f"The paper's micro-experiments on H100 — {common.sim_label(mode)}; setups from the paper, results "
                  f"ours (no published values for these panels); sweeps: mean of {n} seed(s), 95 % CI; traces: "
                  "first seed", fontsize=10)
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     traces.to_csv(args.out / f"traces{args.suffix}.csv", index=False)
     df.drop(columns=["trace"], errors="ignore").to_csv(args.out / f"summary{args.suffix}.csv", index=False)
     agg = common.write_means(df, args, KEYS, METRICS)
-    cols = ["part", "system", "x", "n_seeds", "throughput_req_s", "ttft_mean", "tpot_mean", "e2e_mean",
+    cols = ["part", "system", "x", "seeds", "throughput_req_s", "ttft_mean", "tpot_mean", "e2e_mean",
             "mean_decode_batch", "num_steps", "waste_fraction", "prefix_hit_rate"]
     print(agg[[c for c in cols if c in agg]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     plot(df, traces, common.figure_path(args), args.mode)

@@ -1,6 +1,6 @@
 """Speculative decoding with draft + target in one pool (paper §7.4, SOSP Fig. 20 setups).
 
-    python -m harness.studies.specdec experiments/specdec.yaml [mode=smoke] [--jobs N] [--out DIR]
+    python -m harness.study experiments/specdec.yaml [mode=smoke] [--jobs N] [--out DIR]
 
 Per (target, draft) pair and system (``per_model_split`` = vLLM's per-model cache split,
 ``max_page``, ``jenga``): request throughput, TTFT/TPOT, mean decode batch and the measured
@@ -97,7 +97,7 @@ def plot(df: pd.DataFrame, path, mode: str) -> None:
     axes[0].set_title("throughput (req/s, normalised to the per-model split)", fontsize=9)
     axes[1].set_ylabel("mean TPOT (ms per output token)")
     axes[1].set_title("time per output token", fontsize=9)
-    n = int(agg["n_seeds"].max()) if len(agg) else 0
+    n = int(agg["seeds"].max()) if len(agg) else 0
     common.finish_figure(fig, axes[0], f"Speculative decoding, draft + target in one KV pool (k=3, acceptance "
                          f"0.7), H100 — {common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; no published "
                          "per-system values", path)

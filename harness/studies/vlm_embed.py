@@ -1,6 +1,6 @@
 """The vision-embedding cache under chunked prefill (paper §7.4, SOSP Fig. 19 setups).
 
-    python -m harness.studies.vlm_embed experiments/vlm_embed.yaml [mode=smoke] [--jobs N] [--out DIR]
+    python -m harness.study experiments/vlm_embed.yaml [mode=smoke] [--jobs N] [--out DIR]
 
 Per VLM and system (``reencode``: no embedding storage, the encoder re-runs per chunk; ``keep``:
 embeddings held in the pool until the request ends; ``jenga``: freed as prefill consumes them):
@@ -116,7 +116,7 @@ def plot(df: pd.DataFrame, path, mode: str) -> None:
     axes[1].set_title("time to first token at the model's rate", fontsize=9)
     axes[2].set_ylabel("mean TPOT (ms per output token)")
     axes[2].set_title("time per output token at the model's rate", fontsize=9)
-    n = int(agg["n_seeds"].max()) if len(agg) else 0
+    n = int(agg["seeds"].max()) if len(agg) else 0
     common.finish_figure(fig, axes[0], "Vision embeddings under chunked prefill (budget 1024 tokens), MMMU-pro "
                          f"on H100 — {common.sim_label(mode)}; mean of {n} seed(s), 95 % CI; no published "
                          "per-system values", path)

@@ -1,5 +1,5 @@
-"""``python -m harness.sweeps``: see :mod:`harness.sweeps.driver`."""
+"""Deprecated: ``python -m harness.sweeps`` is ``python -m harness.study`` (the one study pipeline)."""
 
-from harness.sweeps.driver import main
+from harness.study.driver import main
 
 raise SystemExit(main())

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from harness.analysis import arith_mean, geo_mean, mean_ci
+from harness.analysis import aggregate_seeds, arith_mean, geo_mean, mean_ci, paired_speedups
 
 # Record fields a sweep row keeps (flat; waste_breakdown and path_counts are flattened).
 ROW_FIELDS = ("throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "tpot_mean", "mean_decode_batch",
@@ -44,37 +43,31 @@ def rows(runs: list, records: list[dict[str, Any]]) -> pd.DataFrame:
 
 def add_speedup(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Column ``speedup``: throughput / the same seed's baseline throughput at the same ``keys``
-    (model + grid point). NaN where the baseline failed or is missing."""
-    df = df.copy()
-    ok = df[df["status"] == "ok"]
-    base = {tuple(r[k] for k in keys) + (r["seed"],): r["throughput_req_s"]
-            for _, r in ok.iterrows() if r["system"] == r["baseline"]}
-    df["speedup"] = [r["throughput_req_s"] / base[k] if r["status"] == "ok" and (k := tuple(r[c] for c in keys)
-                     + (r["seed"],)) in base and base[k] else np.nan for _, r in df.iterrows()]
-    return df
+    (model + grid point). NaN where the baseline failed or is missing
+    (:func:`harness.analysis.paired_speedups`, the one pairing every study uses)."""
+    return df.assign(speedup=paired_speedups(df, keys))
+
+
+PROVENANCE = ("dataset", "gpu", "backend", "simulated", "git_rev")
 
 
 def aggregate(df: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
-    """One row per ``keys`` group: ``<metric>`` (seed mean), ``<metric>_ci_lo/_ci_hi`` (95 % CI),
-    ``speedup_geo`` (geometric mean over seeds) when ``speedup`` is a metric, ``seeds`` (ok runs)
-    and ``failed`` (failed runs, with the first error)."""
-    out = []
-    for key, g in df.groupby(keys, sort=False, dropna=False):
-        ok = g[g["status"] == "ok"]
-        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        errors = g.loc[g["status"] != "ok", "error"] if "error" in g else pd.Series(dtype=str)
-        row.update(seeds=len(ok), failed=len(g) - len(ok), error=next(iter(errors), ""))
-        for m in metrics:
-            vals = pd.to_numeric(ok[m], errors="coerce") if m in ok else pd.Series(dtype=float)
-            mean, lo, hi = mean_ci(vals)
-            row[m], row[f"{m}_ci_lo"], row[f"{m}_ci_hi"] = mean, lo, hi
-            if m == "speedup":
-                row["speedup_geo"] = geo_mean(vals)
-        for c in ("dataset", "gpu", "backend", "simulated", "git_rev"):
-            if c in g and c not in row:
-                row[c] = next(iter(ok[c]), None) if len(ok) else None
-        out.append(row)
-    return pd.DataFrame(out)
+    """One row per ``keys`` group (:func:`harness.analysis.aggregate_seeds`, the one seed
+    aggregation): ``<metric>`` (seed mean), ``<metric>_ci_lo/_ci_hi`` (95 % CI), ``speedup_geo``
+    (geometric mean over seeds) when ``speedup`` is a metric, ``seeds`` (ok runs), ``failed``
+    (failed runs, with the first ``error``) and the provenance columns."""
+    agg = aggregate_seeds(df, keys, metrics)
+    if agg.empty:
+        return agg
+    cols = list(keys) + ["seeds", "failed", "error"]
+    for m in metrics:
+        cols += [m, f"{m}_ci_lo", f"{m}_ci_hi"]
+        if m == "speedup":
+            # Same groups, same order as aggregate_seeds (groupby sort=False, dropna=False).
+            agg["speedup_geo"] = [geo_mean(pd.to_numeric(g.loc[g["status"] == "ok", "speedup"], errors="coerce"))
+                                  for _, g in df.groupby(keys, sort=False, dropna=False)]
+            cols.append("speedup_geo")
+    return agg[cols + [c for c in PROVENANCE if c in agg and c not in cols]]
 
 
 def means(values: pd.Series) -> dict[str, float]:
