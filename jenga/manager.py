@@ -20,7 +20,7 @@ class JengaManager(PagedManager):
     system_name = "jenga"
     option_names = ("request_aware", "sliding_retention_tokens", "sliding_hit_extra_tokens")
 
-    def _make_pool(self, request_aware: bool = True, **_) -> LcmPagePool:
+    def make_pool(self, request_aware: bool = True, **_) -> LcmPagePool:
         pool = LcmPagePool([st.page_bytes for st in self.types], self.capacity_bytes,
                            request_aware=bool(request_aware), enable_cache=self.enable_prefix_cache)
         if pool.num_large == 0:

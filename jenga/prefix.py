@@ -249,6 +249,7 @@ class PrefixCacheMixin:
             return False
         self.ref[t][sid] = 1
         rs.transients.append((t, sid, None, b, st.state_bytes))
+        self.checkpoints_saved += 1
         return True
 
     def _release_transients(self, rs: ReqState) -> None:

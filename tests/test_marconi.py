@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jenga
-from harness.sim.marconi import MarconiManager
+from jenga.baselines.marconi import MarconiManager
 from harness.workloads.request import Request
 from jenga.spec import FullAttentionSpec, MambaSpec
 

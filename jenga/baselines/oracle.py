@@ -166,7 +166,7 @@ class Oracle(PagedManager):
     def _pin(self, t: int, sid: int, data: int, undo: list) -> None:
         super()._pin(t, sid, data if self._whole_page_reader(t) else 0, undo)
 
-    def _make_pool(self, **options) -> ExactPool:
+    def make_pool(self, **options) -> ExactPool:
         return ExactPool([st.page_bytes for st in self.types], self.capacity_bytes, self.enable_prefix_cache)
 
     def _running(self) -> int:

@@ -22,7 +22,7 @@ class StaticPartition(PagedManager):
     # The artifact's static partition runs in Jenga's forks, with their sliding-window retention.
     option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens")
 
-    def _make_pool(self, **_):
+    def make_pool(self, **_):
         lp = self.geometry.large_page_bytes
         num_large = self.capacity_bytes // lp
         nt = len(self.types)

@@ -32,18 +32,22 @@ from jenga.policies import FullPolicy
 PrefixFlops = Callable[[int], float]
 
 
-def prefix_flops(profile, cost) -> PrefixFlops:
-    """Prefill FLOPs a hit of ``L`` tokens saves: the linear layers (2 · matmul params per token)
-    plus causal attention over the prefix in every attention layer (Mamba layers are linear)."""
-    attn_layers = sum((s.num_compute_layers or s.num_layers) for s in profile.specs if s.kind == "full")
+def prefix_flops(specs, matmul_params: float, attn_flops_per_pair: float) -> PrefixFlops:
+    """Prefill FLOPs a hit of ``L`` tokens saves: the linear layers (2 · ``matmul_params`` per
+    token) plus causal attention over the prefix (``attn_flops_per_pair`` per query-key pair and
+    layer) in every full-attention layer of ``specs`` (Mamba layers are linear)."""
+    attn_layers = sum((s.num_compute_layers or s.num_layers) for s in specs if s.kind == "full")
 
     def flops(L: int) -> float:
-        return 2.0 * cost.matmul_params * L + cost.attn_flops_per_pair * attn_layers * L * (L + 1) / 2
+        return 2.0 * matmul_params * L + attn_flops_per_pair * attn_layers * L * (L + 1) / 2
     return flops
 
 
 class MarconiManager(JengaManager):
-    """Jenga's LCM pool with Marconi's Mamba-state admission and FLOP-aware eviction."""
+    """Jenga's LCM pool with Marconi's Mamba-state admission and FLOP-aware eviction.
+
+    Options: ``flop_alpha`` (0: plain LRU over the admitted checkpoints) and ``prefix_flops``
+    (:func:`prefix_flops`; None: LRU). ``admitted`` counts the checkpoints taken."""
 
     system_name = "marconi"
     option_names = ("request_aware", "flop_alpha", "prefix_flops")
