@@ -19,7 +19,7 @@ from jenga.reqstate import ReqState, image_infos
 
 
 class PrefixCacheMixin:
-    """Lookup, pinning and release of cached pages (mixed into :class:`jenga.paged.PagedManager`)."""
+    """Lookup, pinning and release of cached pages (mixed into :class:`jenga.manager_base.PagedManager`)."""
 
     def _hasher(self, request) -> BlockHasher:
         return BlockHasher(request.prompt_token_ids, request.output_token_ids, request.images, self.hash_block,

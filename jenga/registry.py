@@ -18,7 +18,7 @@ from jenga.baselines.keep_embeddings import KeepEmbeddingManager
 from jenga.baselines.marconi import MarconiManager
 from jenga.baselines.per_model_split import PerModelSplit
 from jenga.interface import MemoryManager
-from jenga.manager import JengaManager
+from jenga.jenga_manager import JengaManager
 
 
 @dataclass(frozen=True)

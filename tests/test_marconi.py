@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jenga
-from jenga.baselines.marconi import MarconiManager
 from harness.workloads.request import Request
+from jenga.baselines.marconi import MarconiManager
 from jenga.spec import FullAttentionSpec, MambaSpec
 
 SPECS = (FullAttentionSpec("full", 1, 64),

@@ -36,9 +36,9 @@ def run_cell(workload: dict, system: str, cell: dict, mode: str, extra: list[str
     from harness.models import load_profile
     from harness.sim.cost import CostModel
     from harness.sim.engine import scheduler_config
-    from jenga.baselines.marconi import prefix_flops
     from harness.sim.scheduler import Scheduler
     from harness.workloads import build_workload
+    from jenga.baselines.marconi import prefix_flops
 
     keys = {"workload": workload["name"], "system": system, "seed": seed}
     try:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from jenga.flat_pages import FlatPagePool
-from jenga.paged import PagedManager
+from jenga.manager_base import PagedManager
 from jenga.policies import MambaPolicy, policy_for
+from jenga.pools.flat import FlatPagePool
 from jenga.reqstate import StorageType
 from jenga.spec import SpecError, VisionEmbeddingSpec
 

@@ -7,7 +7,7 @@ the embeddings held from the step that reaches the image until the request finis
 
 from __future__ import annotations
 
-from jenga.manager import JengaManager
+from jenga.jenga_manager import JengaManager
 from jenga.policies import VisionEmbeddingPolicy, cdiv
 from jenga.reqstate import StorageType
 

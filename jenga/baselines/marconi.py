@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from sortedcontainers import SortedList
 
-from jenga.manager import JengaManager
+from jenga.jenga_manager import JengaManager
 from jenga.policies import FullPolicy
 
 PrefixFlops = Callable[[int], float]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from jenga.flat_pages import PartitionedPool
-from jenga.paged import PagedManager
+from jenga.manager_base import PagedManager
 from jenga.policies import FullPolicy
+from jenga.pools.flat import PartitionedPool
 from jenga.reqstate import StorageType
 from jenga.spec import FullAttentionSpec, LayerTypeSpec, SpecError
 

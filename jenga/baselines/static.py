@@ -8,8 +8,8 @@ A type's idle pages cannot serve another type (reported as ``free_stranded_bytes
 
 from __future__ import annotations
 
-from jenga.flat_pages import PartitionedPool
-from jenga.paged import PagedManager
+from jenga.manager_base import PagedManager
+from jenga.pools.flat import PartitionedPool
 from jenga.spec import SpecError
 
 HALF_SHARE_KINDS = frozenset({"sliding", "chunked", "token_drop", "vision_embedding", "mamba"})

@@ -9,9 +9,9 @@ in vLLM v0 (activation memory), so they are neither stored nor counted here.
 
 from __future__ import annotations
 
-from jenga.flat_pages import FlatPagePool
-from jenga.paged import PagedManager
+from jenga.manager_base import PagedManager
 from jenga.policies import CrossPolicy, FullPolicy, MambaPolicy, cdiv
+from jenga.pools.flat import FlatPagePool
 from jenga.reqstate import StorageType
 from jenga.spec import FullAttentionSpec, MambaSpec, SpecError, VisionEmbeddingSpec
 

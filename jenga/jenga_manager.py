@@ -1,6 +1,6 @@
 """JengaManager: the paper's allocator behind the one facade.
 
-Two-level LCM pool (``pages.LcmPagePool``): one small page per layer type per ``tokens_per_page``
+Two-level LCM pool (``pools.lcm.LcmPagePool``): one small page per layer type per ``tokens_per_page``
 tokens (page-layer layout: the page carries every layer of the type), large pages of the LCM of the
 small-page sizes, request-aware placement, per-type freeing through the policies, and per-type
 prefix caching with the prefix-subset evictor. ``request_aware=False`` is the ablation
@@ -9,8 +9,8 @@ prefix caching with the prefix-subset evictor. ``request_aware=False`` is the ab
 
 from __future__ import annotations
 
-from jenga.paged import PagedManager
-from jenga.pages import LcmPagePool
+from jenga.manager_base import PagedManager
+from jenga.pools.lcm import LcmPagePool
 from jenga.spec import SpecError
 
 

@@ -2,7 +2,7 @@
 
 A system is this manager plus three choices: the *storage types* (which pages it keeps for which
 layers: one per layer type for Jenga, one merged type for PagedAttention, equal-layer groups for
-today's vLLM), the *pool* (LCM two-level, flat, or partitioned; ``pages.py``) and the *accounting
+today's vLLM), the *pool* (LCM two-level, flat, partitioned or exact; ``jenga/pools/``) and the *accounting
 specs* (the model's real layer types, which define the bytes some layer will still read). The
 facade methods, prefix caching (``prefix.py``) and the usage breakdown are written once.
 
@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import math
 
-from jenga.flat_pages import FlatPagePool, PartitionedPool
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
-from jenga.pages import LcmPagePool
 from jenga.policies import FullPolicy, policy_for
+from jenga.pools import PagePool
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
 from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SlidingWindowSpec, SpecError, page_geometry
-
-Pool = LcmPagePool | FlatPagePool | PartitionedPool
 
 
 class PagedManager(PrefixCacheMixin, MemoryManager):
@@ -55,7 +52,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.acct = [policy_for(s) for s in self.accounted_specs()]
         self._full_bpt = sum(p.bytes_per_token for p in self.acct if type(p) is FullPolicy)
         self._acct_other = [p for p in self.acct if type(p) is not FullPolicy]
-        self.pool: Pool = self.make_pool(**options)
+        self.pool: PagePool = self.make_pool(**options)
         self.pool.on_evict = self._on_evict
         n = len(self.types)
         self.ref: list[dict[int, int]] = [{} for _ in range(n)]
@@ -97,8 +94,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     def accounted_specs(self) -> list[LayerTypeSpec]:
         return list(self.specs)
 
-    def make_pool(self, **options) -> Pool:
-        """The page pool over ``self.types`` (one of the pools in ``pages.py``/``flat_pages.py``)."""
+    def make_pool(self, **options) -> PagePool:
+        """The page pool over ``self.types`` (a :class:`jenga.pools.PagePool`: ``pools/lcm.py``, ``pools/flat.py``, ``pools/exact.py``)."""
         raise TypeError(f"{type(self).__name__} must define make_pool")
 
     def _fits(self, rs: ReqState, prev: int, T: int, demand: dict[int, int], hits) -> bool:
