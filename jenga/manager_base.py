@@ -80,7 +80,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     # ``storage_types`` (which pages are kept for which layers), ``accounted_specs`` (the layer types
     # whose reads define "needed" bytes) and ``make_pool`` (the PagePool the pages come from) are
     # called once, in this order, from ``__init__``; ``options`` are the system's ``option_names``.
-    # ``checkpoints_saved`` counts the Mamba checkpoints taken (a study reads it; nothing patches).
+    # Mamba checkpoint policy hooks: ``on_new_request``, ``checkpoint_positions``, ``on_checkpoint_saved``,
+    # ``checkpoint_hit``, ``checkpoint_eviction_key`` (prefix.py). ``checkpoints_saved`` counts the
+    # Mamba checkpoints taken (a study reads it; nothing patches).
     def storage_types(self, **options) -> list[StorageType]:
         """One storage type per layer type, small page exactly the spec's (Jenga)."""
         return [StorageType(s.name, policy_for(s, **self._policy_options(s)), self.tokens_per_page,
@@ -203,6 +205,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         return True
 
     def _allocate_new(self, request: RequestView, n: int) -> bool:
+        self.on_new_request(request)
         rid = request.request_id
         hit, hasher = self.pending.get(rid, (0, None))
         if hasher is None and self.enable_prefix_cache:
