@@ -7,7 +7,7 @@ same seeded prompt and output lengths): up to ``--batch`` running requests; a ne
 prompt's blocks at once; each step every running request appends one token; a finished request
 frees everything. Capacity is roomy (nothing is preempted), so both sides do the same work.
 
-- ``pool``: block level. Ours: :class:`jenga.pages.LcmPagePool` ``alloc_many(n)`` (what
+- ``pool``: block level. Ours: :class:`jenga.pools.lcm.LcmPagePool` ``alloc_many(n)`` (what
   ``JengaManager`` calls) and ``free_many`` in reverse order, prefix caching on; vLLM's:
   ``BlockPool.get_new_blocks(n)`` and ``free_blocks`` in reverse order (what its ``KVCacheManager``
   calls), ``enable_caching=True``. Both are called only when a request crosses a block boundary.
@@ -74,7 +74,7 @@ def _pool_stream(steps: int, batch: int, take, give, seed: int) -> float:
 
 
 def pool_ours(steps: int, batch: int, seed: int = 0) -> float:
-    from jenga.pages import LcmPagePool
+    from jenga.pools.lcm import LcmPagePool
 
     page = BLOCK * KV * LAYERS
     pool = LcmPagePool([page], _capacity_blocks(batch) * page, request_aware=True, enable_cache=True)

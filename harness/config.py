@@ -16,6 +16,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from jenga.registry import SYSTEM_NAMES
+
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 GROUPS = ("model", "dataset", "gpu", "system", "backend", "mode")
 
@@ -232,8 +234,8 @@ class CellConf:
     force: bool = False
 
 
-SYSTEMS = ("jenga", "jenga_no_request_aware", "vllm", "max_page", "hybrid_groups", "static_partition",
-           "oracle", "vllm_current")
+# The cell systems of jenga's registry (the one list; study-only variants are not ``system=`` values).
+SYSTEMS = SYSTEM_NAMES
 BACKENDS = ("sim", "vllm_sched", "vllm")
 ENGINE_VERSIONS = ("v0", "v1")
 SOURCES = ("twin", "hf")

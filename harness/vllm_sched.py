@@ -27,10 +27,12 @@ from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.sim.cost import CostModel, _get, profile_tokens
 from harness.workloads.request import Request
+from jenga.registry import check_system_names
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 
-# system -> hybrid KV cache manager on?
+# system (a jenga registry name) -> hybrid KV cache manager on?
 SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True}
+check_system_names(SYSTEM_HYBRID, "harness.vllm_sched.SYSTEM_HYBRID")
 BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler", "check_invariants"}
 JENGA_ALLOCATOR = "jenga_lcm (jenga_vllm plugin: jenga/ LCM pool under vLLM's per-type managers)"
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from jenga.paged import PagedManager
+from jenga.manager_base import PagedManager
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class LayerView:
 
 
 class PageLayerLayout:
-    """The KV tensor of a :class:`jenga.paged.PagedManager` and every layer's view into it."""
+    """The KV tensor of a :class:`jenga.manager_base.PagedManager` and every layer's view into it."""
 
     def __init__(self, manager: PagedManager, device: str = "cpu"):
         self.manager = manager

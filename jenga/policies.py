@@ -1,6 +1,6 @@
 """Per-layer-type policies: which pages a type holds, which bytes it still reads, and its prefix hooks.
 
-A policy is the *policy* half of the allocator (the pool in ``pages.py`` is the mechanism). For one
+A policy is the *policy* half of the allocator (the pool in ``pools/lcm.py`` is the mechanism). For one
 request it answers, from two numbers -- ``prev`` (tokens computed before this step) and ``T``
 (tokens allocated once this step's tokens are added) -- :
 

@@ -11,6 +11,7 @@ soon as they are full and computed, so concurrent requests share them (reference
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from jenga.hashing import BlockHasher
 from jenga.interface import RequestView
@@ -19,7 +20,7 @@ from jenga.reqstate import ReqState, image_infos
 
 
 class PrefixCacheMixin:
-    """Lookup, pinning and release of cached pages (mixed into :class:`jenga.paged.PagedManager`)."""
+    """Lookup, pinning and release of cached pages (mixed into :class:`jenga.manager_base.PagedManager`)."""
 
     def _hasher(self, request) -> BlockHasher:
         return BlockHasher(request.prompt_token_ids, request.output_token_ids, request.images, self.hash_block,
@@ -66,7 +67,7 @@ class PrefixCacheMixin:
                         bound = im.c0
                 fns.append(lambda L, b=bound: min(L, b))
             elif pol.state_based:
-                fns.append(lambda L, t=t: self._mamba_valid(t, hasher, L))
+                fns.append(lambda L, t=t: self.checkpoint_hit(t, hasher, L))
             else:
                 full = isinstance(pol, FullPolicy)
                 flags = self._cached_flags(t, hasher, upper // st.tokens_per_page, stop_at_miss=full)
@@ -93,7 +94,28 @@ class PrefixCacheMixin:
         idx = self.index[t]
         return all((im.image_id, j) in idx for j in range(cdiv(im.num_tokens, tpp)))
 
-    def _mamba_valid(self, t: int, hasher: BlockHasher, L: int) -> int:
+    # -- Mamba checkpoint policy hooks (public: a rival policy, e.g. baselines/marconi.py, overrides
+    # them; the defaults are Jenga's fixed interval and LRU) ------------------------------------------
+    def on_new_request(self, request: RequestView) -> None:
+        """Called once per request, at its first ``allocate``, before anything is taken or cached."""
+
+    def checkpoint_positions(self, rs: ReqState, t: int, prev: int, T: int) -> Iterable[int]:
+        """Prompt positions in ``(prev, min(T, prompt_len)]`` whose state of Mamba type ``t`` is
+        checkpointed this step, in order (iterated lazily: each one is saved before the next is
+        asked for). Default: every multiple of ``lcm(checkpoint_interval, hash block)``."""
+        N = math.lcm(self.types[t].policy.spec.checkpoint_interval, self.hash_block)
+        return range((prev // N + 1) * N, min(T, rs.prompt_len) + 1, N)
+
+    def on_checkpoint_saved(self, t: int, b: int) -> None:
+        """Called after the state of type ``t`` at position ``b`` was checkpointed."""
+
+    def checkpoint_eviction_key(self, plen: int) -> int:
+        """Eviction timestamp of a checkpoint at ``plen`` when it joins the cache. Default: now (LRU)."""
+        return self.now
+
+    def checkpoint_hit(self, t: int, hasher: BlockHasher, L: int) -> int:
+        """The longest checkpointed position ``<= L`` of Mamba type ``t`` in the cache (0: none).
+        Default: multiples of ``lcm(checkpoint_interval, hash block)``."""
         st = self.types[t]
         if st.policy.pages_per_state != 1:
             return 0
@@ -234,10 +256,10 @@ class PrefixCacheMixin:
         for t, st in enumerate(self.types):
             if not st.policy.state_based or st.policy.pages_per_state != 1:
                 continue
-            N = math.lcm(st.policy.spec.checkpoint_interval, self.hash_block)
-            for b in range((prev // N + 1) * N, min(T, rs.prompt_len) + 1, N):
+            for b in self.checkpoint_positions(rs, t, prev, T):
                 if not self._save_checkpoint(rs, t, st, b):
                     return
+                self.on_checkpoint_saved(t, b)
 
     def _save_checkpoint(self, rs: ReqState, t: int, st, b: int) -> bool:
         """Take one state page of type ``t`` for the checkpoint at position ``b`` (held for one step,
@@ -249,10 +271,11 @@ class PrefixCacheMixin:
             return False
         self.ref[t][sid] = 1
         rs.transients.append((t, sid, None, b, st.state_bytes))
+        self.checkpoints_saved += 1
         return True
 
     def _release_transients(self, rs: ReqState) -> None:
         for t, sid, key, plen, data in rs.transients:
             key = key if key is not None else rs.hasher.hash_at(plen)
-            self._unref(t, sid, self.now, plen, key, data)
+            self._unref(t, sid, self.checkpoint_eviction_key(plen), plen, key, data)
         rs.transients = []

@@ -1,32 +1,78 @@
-"""System names -> manager classes, and ``make_manager`` (docs/CONTRACTS.md §1)."""
+"""The one list of systems: name -> manager factory and the metadata every part reads, and
+``make_manager`` (docs/CONTRACTS.md §1).
+
+``harness.config`` (valid ``system=`` values), ``harness.sim.cost`` (which systems ran on the
+artifact's uniform block manager), ``harness.vllm_sched`` (hybrid manager on/off, keyed by these
+names) and the study drivers (spec decode, VLM embeddings, Mamba prefix) all derive their lists
+from :data:`REGISTRY`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 from jenga.baselines import HybridGroups, MaxPage, Oracle, StaticPartition, UniformPaged, VllmCurrent
+from jenga.baselines.keep_embeddings import KeepEmbeddingManager
+from jenga.baselines.marconi import MarconiManager
+from jenga.baselines.per_model_split import PerModelSplit
 from jenga.interface import MemoryManager
-from jenga.manager import JengaManager
+from jenga.jenga_manager import JengaManager
 
-SYSTEMS = {
-    "jenga": JengaManager,
-    "jenga_no_request_aware": partial(JengaManager, request_aware=False),
-    "vllm": UniformPaged,
-    "max_page": MaxPage,
-    "hybrid_groups": HybridGroups,
-    "vllm_current": VllmCurrent,
-    "static_partition": StaticPartition,
-    "oracle": Oracle,
+
+@dataclass(frozen=True)
+class SystemInfo:
+    """One system. ``cell``: an ordinary cell system (``system=`` of ``harness.run``, fuzzed on every
+    spec mix); False for a study-only variant that needs particular specs or a study's workload
+    (spec-decode pairs, VLM embeddings, Mamba prefix caching). ``uniform_block_table``: one block
+    table per sequence (vLLM's PagedAttention), as opposed to one per layer type/group."""
+
+    factory: Callable[..., MemoryManager]
+    cell: bool = True
+    uniform_block_table: bool = False
+
+
+REGISTRY: dict[str, SystemInfo] = {
+    "jenga": SystemInfo(JengaManager),
+    "jenga_no_request_aware": SystemInfo(partial(JengaManager, request_aware=False)),
+    "vllm": SystemInfo(UniformPaged, uniform_block_table=True),
+    "max_page": SystemInfo(MaxPage),
+    "hybrid_groups": SystemInfo(HybridGroups),
+    "vllm_current": SystemInfo(VllmCurrent),
+    "static_partition": SystemInfo(StaticPartition),
+    "oracle": SystemInfo(Oracle),
+    # study-only variants (harness/studies/{specdec,vlm_embed,mamba_prefix}.py)
+    "per_model_split": SystemInfo(PerModelSplit, cell=False),
+    "keep_embeddings": SystemInfo(KeepEmbeddingManager, cell=False),
+    "marconi": SystemInfo(MarconiManager, cell=False),
 }
+# The cell systems (what the fuzz, the property tests and ``system=`` range over).
+SYSTEMS = {name: info.factory for name, info in REGISTRY.items() if info.cell}
 SYSTEM_NAMES: tuple[str, ...] = tuple(SYSTEMS)
+STUDY_SYSTEM_NAMES: tuple[str, ...] = tuple(name for name, info in REGISTRY.items() if not info.cell)
+ALL_SYSTEM_NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def uniform_block_table_systems() -> frozenset[str]:
+    """Names of the systems that keep one block table per sequence."""
+    return frozenset(name for name, info in REGISTRY.items() if info.uniform_block_table)
+
+
+def check_system_names(names, what: str) -> None:
+    """Raise one clear error when ``names`` (a list or mapping another part keys by system) holds a
+    name the registry does not know."""
+    unknown = sorted(set(names) - set(REGISTRY))
+    if unknown:
+        raise ValueError(f"{what}: unknown system(s) {unknown}; registry names: {list(ALL_SYSTEM_NAMES)}")
 
 
 def make_manager(system: str, specs, capacity_bytes: int, **kw) -> MemoryManager:
-    """Build the manager of ``system`` (one of :data:`SYSTEM_NAMES`) over ``specs``.
+    """Build the manager of ``system`` (one of :data:`ALL_SYSTEM_NAMES`) over ``specs``.
 
     ``kw``: ``tokens_per_page``, ``enable_prefix_cache`` and the system's options."""
     try:
-        cls = SYSTEMS[system]
+        info = REGISTRY[system]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown system {system!r}; valid names: {list(SYSTEM_NAMES)}") from None
-    return cls(list(specs), capacity_bytes, **kw)
+        raise ValueError(f"unknown system {system!r}; valid names: {list(ALL_SYSTEM_NAMES)}") from None
+    return info.factory(list(specs), capacity_bytes, **kw)

@@ -4,7 +4,7 @@ A *layer type* is a set of layers that keep the same tokens for a request and so
 small page per ``tokens_per_page`` tokens: every full-attention layer of a model is one type, every
 sliding-window layer with window W another, the cross-attention layers a third, and so on. A spec
 says how many bytes one small page of the type holds and which tokens the type still needs; the
-allocator (``pages.py``) and the prefix-cache policies (``policies.py``) read nothing else.
+allocator (``pools/lcm.py``) and the prefix-cache policies (``policies.py``) read nothing else.
 
 Small-page size of a token-based type = ``tokens_per_page * bytes_per_token_per_layer * num_layers``
 (the page-layer layout: one small page carries every layer of the type for those tokens).

@@ -1,4 +1,4 @@
-"""Invariant checks for any :class:`jenga.paged.PagedManager` (used by the tests; cheap enough to
+"""Invariant checks for any :class:`jenga.manager_base.PagedManager` (used by the tests; cheap enough to
 call from a debugging harness, O(pages in use)).
 
 Checks: no byte owned twice; every page state (used / cached / empty) agrees with the pool's
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import Counter
 from itertools import pairwise
 
-from jenga.baselines.oracle import ExactPool
-from jenga.flat_pages import PartitionedPool
-from jenga.paged import PagedManager
-from jenga.pages import LcmPagePool
+from jenga.manager_base import PagedManager
+from jenga.pools.exact import ExactPool
+from jenga.pools.flat import PartitionedPool
+from jenga.pools.lcm import LcmPagePool
 
 
 def owned_intervals(mgr: PagedManager) -> list[tuple[int, int, str]]:

@@ -3,7 +3,7 @@
 Inert unless enabled: set ``JENGA_VLLM=1`` in the environment of the engine (the harness does so
 per cell for ``system=jenga``). Then, in every vLLM process, :func:`register` hooks vLLM's
 planner (one KV-cache group per layer type, page-layer layout, LCM large pages), its scheduler's
-KV cache manager (``jenga/``'s :class:`~jenga.pages.LcmPagePool` behind per-group block pools) and
+KV cache manager (``jenga/``'s :class:`~jenga.pools.lcm.LcmPagePool` behind per-group block pools) and
 the worker's KV views (a start-up self-check). ``JENGA_VLLM_BROKEN_LAYOUT=1`` is the negative
 control: every layer of a type writes the same slice, so outputs must change.
 

@@ -7,7 +7,7 @@ page holds the slices of *all* its layers for ``block_size`` tokens, so P_t = la
 the large page is L = lcm(P_t) and the pool is ``num_large`` large pages in one buffer. Group t
 sees that buffer as ``num_large * L / P_t`` small pages (block stride P_t, layer stride page_t,
 offset 0): small page ``sid`` of type t starts at ``sid * P_t`` bytes, which is
-``(sid // r_t) * L + (sid % r_t) * P_t`` -- exactly :meth:`jenga.pages.LcmPagePool.page_offset`.
+``(sid // r_t) * L + (sid % r_t) * P_t`` -- exactly :meth:`jenga.pools.lcm.LcmPagePool.page_offset`.
 
 ``KVCacheConfig.num_blocks`` is the number of *large* pages (every group's null block, id 0, lives
 in large page 0; the V2 warm-up uses ``num_blocks`` as an id bound, valid in every group); each

@@ -1,6 +1,6 @@
 """Scheduler side: jenga's LCM pool behind per-group ``BlockPool``-compatible objects.
 
-- :class:`JengaAllocator` owns one :class:`jenga.pages.LcmPagePool` (large pages of LCM bytes,
+- :class:`JengaAllocator` owns one :class:`jenga.pools.lcm.LcmPagePool` (large pages of LCM bytes,
   per-type small pages carved from them, request-aware placement, large-page LRU eviction, the
   prefix-subset evictor). Large page 0 is reserved: every group's null block (id 0) lives there.
 - :class:`JengaGroupPool` is group t's ``BlockPool``: its block ids are type t's small-page indices
@@ -18,7 +18,7 @@ needs, compares with the free count, then touches hit blocks and calls every gro
 ``get_new_blocks``. There is no rollback if a later group runs dry, so this plugin *reserves* at the
 question: it pins the request's hit pages, then takes every group's new small pages from the pool
 for that request (request-aware first; on failure undo and retry preferring existing small pages,
-as ``jenga.paged.PagedManager._alloc_pages`` does), and answers "0 blocks needed" only if all of
+as ``jenga.manager_base.PagedManager._alloc_pages`` does), and answers "0 blocks needed" only if all of
 them were placed. ``get_new_blocks`` then hands out exactly those pages, so it can never fail
 half-way through a request's groups.
 """
@@ -29,7 +29,7 @@ from collections import Counter
 
 from vllm.v1.core.block_pool import BlockPool
 
-from jenga.pages import LcmPagePool
+from jenga.pools.lcm import LcmPagePool
 
 
 class JengaAllocator:

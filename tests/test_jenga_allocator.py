@@ -18,7 +18,7 @@ from jenga import (
     make_manager,
 )
 from jenga.evictor import PrefixSubsetEvictor
-from jenga.pages import LcmPagePool
+from jenga.pools.lcm import LcmPagePool
 from jenga.testing import check_invariants
 
 CROSS, TEXT = 0, 1  # the paper's toy: small pages 256 (3 per large page) and 384 (2 per large page)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pytest
+from conftest import req
 
 import jenga
 from jenga import (
@@ -20,18 +19,6 @@ from jenga import (
 )
 from jenga.policies import SlidingPolicy
 from jenga.testing import check_invariants
-
-
-@dataclass
-class Req:
-    request_id: str
-    prompt_token_ids: np.ndarray
-    images: tuple = ()
-    output_token_ids: list = field(default_factory=list)
-
-
-def req(rid: str, tokens, images=()) -> Req:
-    return Req(rid, np.asarray(tokens, dtype=np.int32), tuple(images))
 
 
 def test_paper_toy_geometry_and_layout():

@@ -3,22 +3,13 @@ oracle never over-commits. Each test failed on the code before the fix."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
+from conftest import Req
 
 import jenga
 from jenga import FullAttentionSpec, MambaSpec, SlidingWindowSpec, make_manager
-from jenga.paged import PagedManager
+from jenga.manager_base import PagedManager
 from jenga.testing import check_invariants, state_fingerprint
-
-
-@dataclass
-class Req:
-    request_id: str
-    prompt_token_ids: list
-    images: tuple = ()
-    output_token_ids: list = field(default_factory=list)
 
 
 def _request_state(m, rid):

@@ -26,7 +26,7 @@ def test_fuzz_slice_covers_every_system_and_mix():
 
 def test_fuzz_reports_a_broken_allocator(monkeypatch):
     """The checks can fail: an allocator that leaks a page on free is caught."""
-    from jenga.paged import PagedManager
+    from jenga.manager_base import PagedManager
 
     orig = PagedManager.free
 

@@ -3,9 +3,10 @@ and several layer mixes must keep every allocator invariant (``jenga.testing.che
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+from conftest import Req as StubReq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,7 @@ from jenga import (
     make_manager,
 )
 from jenga.fuzz import MIXES as FUZZ_MIXES
-from jenga.paged import PagedManager
+from jenga.manager_base import PagedManager
 from jenga.testing import check_invariants, state_fingerprint
 
 MIXES = {
@@ -46,11 +47,7 @@ BASES = [np.arange(100, 140, dtype=np.int32), np.arange(200, 240, dtype=np.int32
 
 
 @dataclass
-class Req:
-    request_id: str
-    prompt_token_ids: np.ndarray
-    images: tuple = ()
-    output_token_ids: list = field(default_factory=list)
+class Req(StubReq):
     target: int = 0
     out_len: int = 0
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jenga
-from harness.sim.marconi import MarconiManager
 from harness.workloads.request import Request
+from jenga.baselines.marconi import MarconiManager
 from jenga.spec import FullAttentionSpec, MambaSpec
 
 SPECS = (FullAttentionSpec("full", 1, 64),
@@ -76,11 +76,11 @@ def test_hit_at_unaligned_last_token_checkpoint():
 def test_flop_aware_key_prefers_long_prefixes():
     mm = MarconiManager(SPECS, CAP, 16, True, flop_alpha=1.0, prefix_flops=lambda L: float(L * L + 100 * L))
     mm.now = 1000
-    keys = [mm.checkpoint_key(L) for L in (16, 64, 256, 1024)]
+    keys = [mm.checkpoint_eviction_key(L) for L in (16, 64, 256, 1024)]
     assert keys == sorted(keys) and keys[0] >= 1000 and keys[-1] <= 2000
     lru = MarconiManager(SPECS, CAP, 16, True, flop_alpha=0.0, prefix_flops=lambda L: float(L))
     lru.now = 1000
-    assert lru.checkpoint_key(1024) == 1000
+    assert lru.checkpoint_eviction_key(1024) == 1000
 
 
 def test_bad_alpha():

@@ -6,29 +6,14 @@ a request that decoded ``n`` tokens no longer gives its sibling the prompt's hit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import numpy as np
 import pytest
+from conftest import req
 
 from harness.config import compose_cell
 from harness.sim.engine import system_options
 from jenga import FullAttentionSpec, SlidingWindowSpec, SpecError, make_manager
 from jenga.policies import SlidingPolicy
 from jenga.testing import check_invariants
-
-
-@dataclass
-class Req:
-    request_id: str
-    prompt_token_ids: np.ndarray
-    images: tuple = ()
-    output_token_ids: list = field(default_factory=list)
-
-
-def req(rid: str, tokens) -> Req:
-    return Req(rid, np.asarray(tokens, dtype=np.int32))
-
 
 SPEC = SlidingWindowSpec("sw", 1, 8, window=4)
 

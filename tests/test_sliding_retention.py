@@ -4,27 +4,12 @@ sibling-hit case it exists for (a request decoded a few tokens; its sibling shar
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import numpy as np
 import pytest
+from conftest import req
 
 from jenga import FullAttentionSpec, SlidingWindowSpec, SpecError, make_manager
 from jenga.policies import SlidingPolicy
 from jenga.testing import check_invariants
-
-
-@dataclass
-class Req:
-    request_id: str
-    prompt_token_ids: np.ndarray
-    images: tuple = ()
-    output_token_ids: list = field(default_factory=list)
-
-
-def req(rid: str, tokens) -> Req:
-    return Req(rid, np.asarray(tokens, dtype=np.int32))
-
 
 SPEC = SlidingWindowSpec("sw", 1, 8, window=4)
 

@@ -10,16 +10,10 @@ from hypothesis import strategies as st
 
 import jenga
 from harness.sim.scheduler import SchedulerConfig
-from harness.sim.specdec import (
-    PerModelSplit,
-    SpecScheduler,
-    accepted_tokens,
-    make_pair_manager,
-    pair_specs,
-    spec_step_cost,
-)
+from harness.sim.specdec import SpecScheduler, accepted_tokens, make_pair_manager, spec_step_cost
 from harness.studies.common import run_loop
 from harness.workloads.request import Request
+from jenga.baselines.per_model_split import PerModelSplit, pair_specs
 from jenga.spec import FullAttentionSpec, SlidingWindowSpec
 
 TARGET = (FullAttentionSpec("full", 4, 256), SlidingWindowSpec("sliding", 4, 256, window=64))

@@ -4,34 +4,15 @@ sliding-window caching (D3), shared-prefix junction pinning (D2), the full-promp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import numpy as np
+from conftest import req
 from sim_fakes import make_requests
 
 from harness.crosscheck import worst_gap
-from harness.sim.scheduler import SchedulerConfig
 from harness.sim.engine import simulate
+from harness.sim.scheduler import SchedulerConfig
 from jenga import FullAttentionSpec, SlidingWindowSpec, make_manager
 from jenga.baselines.current import full_sequence_demand
 from jenga.testing import check_invariants
-
-
-@dataclass
-class Req:
-    request_id: str
-    prompt_token_ids: np.ndarray
-    images: tuple = ()
-    output_token_ids: list = field(default_factory=list)
-
-    @property
-    def prompt_len(self) -> int:
-        return len(self.prompt_token_ids)
-
-
-def req(rid: str, tokens) -> Req:
-    return Req(rid, np.asarray(tokens, dtype=np.int32))
-
 
 # One full and one sliding layer, equal layer counts (one group each), 1 token per page, window 4:
 # a sliding hit at L needs pages L-3 .. L-1 (need = 3).

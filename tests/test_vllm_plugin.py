@@ -61,7 +61,7 @@ def test_plan_is_one_group_per_type_with_lcm_large_pages(tmp_path):
                                                                                           (4096, 8192, 0)]
     assert {t.size for t in cfg.kv_cache_tensors} == {100 * 24576}
     # small page sid of type t sits where jenga's LCM pool says it does
-    from jenga.pages import LcmPagePool
+    from jenga.pools.lcm import LcmPagePool
     pool = LcmPagePool(list(cfg.small_page_bytes), 100 * 24576)
     for t, tensor in enumerate(cfg.kv_cache_tensors):
         for sid in (0, 1, 2, 7, 199):

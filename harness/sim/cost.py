@@ -69,6 +69,7 @@ from pathlib import Path
 import yaml
 
 from harness.profile import ModelProfile
+from jenga.registry import uniform_block_table_systems
 
 GiB = 1 << 30
 
@@ -215,7 +216,7 @@ OUTPUT_PROC: dict[str, OutputProc] = {
 # Systems that ran on the artifact's upstream (uniform) block manager; every other system ran on
 # Jenga's PerlayerBlockSpaceManager fork (figure14.md: max page / static partition / Jenga pass
 # --use-per-layer-block-manager; the vLLM bars use vllm-v0-baseline).
-UNIFORM_BLOCK_MANAGER_SYSTEMS = frozenset({"vllm"})
+UNIFORM_BLOCK_MANAGER_SYSTEMS = uniform_block_table_systems()
 
 
 def block_manager_of(system: str) -> str:

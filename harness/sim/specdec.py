@@ -1,7 +1,7 @@
 """Speculative decoding in the sim: a draft and a target model sharing one KV pool (paper §7.4).
 
 Memory: the draft's and the target's layer types are one spec list, names prefixed ``draft/`` and
-``target/`` (:func:`pair_specs`), so any manager serves both models of a request with one
+``target/`` (:func:`jenga.baselines.per_model_split.pair_specs`), so any manager serves both models of a request with one
 ``allocate``. Systems:
 
 - ``jenga``: one LCM pool over both models' types (per-type freeing, no per-model split);
@@ -9,7 +9,7 @@ Memory: the draft's and the target's layer types are one spec list, names prefix
 - ``per_model_split``: vLLM's speculative decoding -- each model has its own paged cache with the
   **same number of blocks** (one block table serves both), i.e. a static split of the memory in
   proportion to the models' per-token KV bytes, and PagedAttention inside each (no per-type
-  freeing): :class:`PerModelSplit`.
+  freeing): :class:`jenga.baselines.per_model_split.PerModelSplit`.
 
 Step: the scheduler keeps ``k`` look-ahead slots per running request (vLLM's
 ``num_lookahead_slots``); a decode step runs the draft ``k`` times (one token each) and the
@@ -21,68 +21,23 @@ Step time = ``k`` draft decode steps + one target verify step (prefill: both mod
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from harness.sim.scheduler import Scheduled, Scheduler, _token_id
-from jenga.flat_pages import PartitionedPool
-from jenga.paged import PagedManager
-from jenga.policies import FullPolicy
-from jenga.reqstate import StorageType
-from jenga.spec import FullAttentionSpec, LayerTypeSpec, SpecError
+from jenga.baselines.per_model_split import PerModelSplit, pair_specs
+from jenga.registry import check_system_names, make_manager
+from jenga.spec import LayerTypeSpec, SpecError
 
-MODEL_PREFIXES = ("target/", "draft/")
-
-
-def pair_specs(target: tuple[LayerTypeSpec, ...], draft: tuple[LayerTypeSpec, ...]) -> list[LayerTypeSpec]:
-    """Both models' layer types in one list, names prefixed ``target/`` and ``draft/``."""
-    return ([dataclasses.replace(s, name=f"target/{s.name}") for s in target]
-            + [dataclasses.replace(s, name=f"draft/{s.name}") for s in draft])
-
-
-class PerModelSplit(PagedManager):
-    """vLLM speculative decoding's memory: one paged cache per model, each holding every token of
-    the request in all of that model's layers (PagedAttention), with the same block count."""
-
-    system_name = "per_model_split"
-
-    def _storage_types(self, **_):
-        tpp = self.tokens_per_page
-        out = []
-        for prefix in MODEL_PREFIXES:
-            specs = [s for s in self.specs if s.name.startswith(prefix)]
-            if any(not s.token_based for s in specs):
-                raise SpecError("per_model_split supports token-based layer types only (no Mamba)")
-            bpt = sum(s.bytes_per_token for s in specs)
-            if bpt:
-                merged = FullAttentionSpec(f"{prefix}uniform", 1, bpt)
-                out.append(StorageType(merged.name, FullPolicy(merged), tpp, tpp * bpt, bpt))
-        if len(out) != 2:
-            raise SpecError(f"per_model_split needs spec names prefixed with each of {list(MODEL_PREFIXES)}")
-        return out
-
-    def _make_pool(self, **_):
-        pages = [st.page_bytes for st in self.types]
-        blocks = self.capacity_bytes // sum(pages)  # the same block count for both models
-        if blocks == 0:
-            raise SpecError(f"capacity_bytes ({self.capacity_bytes}) must hold one block of each model "
-                            f"({sum(pages)} bytes)")
-        return PartitionedPool(pages, [blocks * p for p in pages], self.capacity_bytes, self.enable_prefix_cache)
-
-
+# The spec-decode study's systems, all registry names (per_model_split: jenga/baselines/per_model_split.py).
 SYSTEMS = ("per_model_split", "max_page", "jenga")
+check_system_names(SYSTEMS, "harness.sim.specdec.SYSTEMS")
 
 
 def make_pair_manager(system: str, specs: list[LayerTypeSpec], capacity: int, tokens_per_page: int = 16):
     """The memory manager of ``system`` (one of :data:`SYSTEMS`) over both models' specs."""
-    if system == "per_model_split":
-        return PerModelSplit(specs, capacity, tokens_per_page)
     if system not in SYSTEMS:
         raise ValueError(f"spec-decode system {system!r}; allowed: {list(SYSTEMS)}")
-    import jenga
-
-    return jenga.make_manager(system, specs, capacity, tokens_per_page=tokens_per_page)
+    return make_manager(system, specs, capacity, tokens_per_page=tokens_per_page)
 
 
 def accepted_tokens(rng: np.random.Generator, k: int, p: float) -> int:

@@ -6,7 +6,8 @@ With chunked prefill an image's embeddings are consumed over several steps. Thre
   and freed chunk by chunk as prefill consumes them (``VisionEmbeddingPolicy``); the vision encoder
   runs once per image;
 - ``keep``: the same pool, but an image's embeddings stay until its request finishes
-  (:class:`KeepEmbeddingManager`); the encoder runs once;
+  (``keep_embeddings``: :class:`jenga.baselines.keep_embeddings.KeepEmbeddingManager`); the encoder
+  runs once;
 - ``reencode``: the baseline that does not store embeddings across steps (vLLM v0's KV pool has no
   room for them): PagedAttention for the KV, and the vision encoder re-runs for every prefill chunk
   that touches an image (:func:`encoder_tokens`). ASSUMED to be what the artifact's
@@ -15,47 +16,19 @@ With chunked prefill an image's embeddings are consumed over several steps. Thre
 
 from __future__ import annotations
 
-from jenga.manager import JengaManager
-from jenga.policies import VisionEmbeddingPolicy, cdiv
-from jenga.reqstate import StorageType
+from jenga.registry import check_system_names, make_manager
 
-SYSTEMS = ("reencode", "keep", "jenga")
-
-
-class KeepEmbeddingPolicy(VisionEmbeddingPolicy):
-    """Vision embeddings held from the step that reaches the image until the request ends."""
-
-    def held_intervals(self, rs, prev, T, tpp):
-        return [(base, base + cdiv(im.num_tokens, tpp)) for im, base in rs.images_with_base(self, tpp)
-                if T > im.c0]
-
-
-class KeepEmbeddingManager(JengaManager):
-    """Jenga's LCM pool with the vision embeddings kept for the request's lifetime."""
-
-    system_name = "keep"
-
-    def _storage_types(self, **options) -> list[StorageType]:
-        out = []
-        for st in super()._storage_types(**options):
-            if isinstance(st.policy, VisionEmbeddingPolicy):
-                st = StorageType(st.name, KeepEmbeddingPolicy(st.policy.spec), st.tokens_per_page, st.page_bytes,
-                                 st.data_bytes_per_token, st.state_bytes)
-            out.append(st)
-        return out
+# The VLM-embedding study's systems -> registry names (``keep_embeddings``:
+# jenga/baselines/keep_embeddings.py; ``reencode`` runs PagedAttention's pool, ``vllm``).
+SYSTEMS = {"reencode": "vllm", "keep": "keep_embeddings", "jenga": "jenga"}
+check_system_names(SYSTEMS.values(), "harness.sim.vision_cache.SYSTEMS")
 
 
 def make_vision_manager(system: str, specs, capacity: int, tokens_per_page: int = 16):
     """The manager of ``system`` (one of :data:`SYSTEMS`)."""
-    import jenga
-
-    if system == "keep":
-        return KeepEmbeddingManager(list(specs), capacity, tokens_per_page)
-    if system == "jenga":
-        return jenga.make_manager("jenga", list(specs), capacity, tokens_per_page=tokens_per_page)
-    if system == "reencode":
-        return jenga.make_manager("vllm", list(specs), capacity, tokens_per_page=tokens_per_page)
-    raise ValueError(f"vision-embedding system {system!r}; allowed: {list(SYSTEMS)}")
+    if system not in SYSTEMS:
+        raise ValueError(f"vision-embedding system {system!r}; allowed: {list(SYSTEMS)}")
+    return make_manager(SYSTEMS[system], list(specs), capacity, tokens_per_page=tokens_per_page)
 
 
 def encoder_tokens(scheduled, reencode: bool) -> int:

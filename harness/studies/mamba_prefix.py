@@ -4,7 +4,7 @@ rival (admission at branch points and the last token, FLOP-aware eviction) on Ja
     python -m harness.study experiments/mamba_prefix.yaml [mode=smoke] [--jobs N] [--out DIR]
 
 Per shared-prefix workload and system: prefix hit rate (first-admission hit tokens / prompt
-tokens), throughput, TTFT, checkpoints admitted. Simulated (``harness.sim.marconi``). Writes
+tokens), throughput, TTFT, checkpoints admitted. Simulated (``jenga.baselines.marconi``). Writes
 ``results/mamba_prefix/summary.csv`` and ``mamba_prefix.png``.
 """
 
@@ -36,9 +36,9 @@ def run_cell(workload: dict, system: str, cell: dict, mode: str, extra: list[str
     from harness.models import load_profile
     from harness.sim.cost import CostModel
     from harness.sim.engine import scheduler_config
-    from harness.sim.marconi import MarconiManager, prefix_flops
     from harness.sim.scheduler import Scheduler
     from harness.workloads import build_workload
+    from jenga.baselines.marconi import prefix_flops
 
     keys = {"workload": workload["name"], "system": system, "seed": seed}
     try:
@@ -56,26 +56,18 @@ def run_cell(workload: dict, system: str, cell: dict, mode: str, extra: list[str
         capacity = cost.kv_capacity_bytes()
         tpp = int(cfg.engine.tokens_per_page)
         if marconi:
-            mm = MarconiManager(list(profile.specs), capacity, tpp, True, flop_alpha=alpha,
-                                prefix_flops=prefix_flops(profile, cost))
+            mm = jenga.make_manager("marconi", list(profile.specs), capacity, tokens_per_page=tpp,
+                                    enable_prefix_cache=True, flop_alpha=alpha, prefix_flops=prefix_flops(
+                                        profile.specs, cost.matmul_params, cost.attn_flops_per_pair))
         else:
             mm = jenga.make_manager("jenga", list(profile.specs), capacity, tokens_per_page=tpp,
                                     enable_prefix_cache=True)
         sched = Scheduler(mm, scheduler_config(cfg.engine, profile), [r.fresh_copy() for r in requests])
-        admitted = [0]
-        if not marconi:
-            snap = mm._snapshot_mamba
-
-            def counting_snapshot(rs, prev, T):  # count Jenga's checkpoints the same way
-                before = len(rs.transients)
-                snap(rs, prev, T)
-                admitted[0] += len(rs.transients) - before
-            mm._snapshot_mamba = counting_snapshot
         trace, agg = common.run_loop(sched, mm, lambda step: cost.step_time(
             [(s.num_new_tokens, s.context_before, s.image_tokens_encoded) for s in step]))
         row = {**keys, "status": "ok", "model": cfg.model.name, "dataset": cfg.dataset.name,
                "checkpoint_interval": interval, "flop_alpha": alpha if marconi else None,
-               "checkpoints_admitted": mm.admitted if marconi else admitted[0],
+               "checkpoints_admitted": mm.checkpoints_saved,
                "mean_cached_gib": sum(t["cached_bytes"] for t in trace) / max(1, len(trace)) / 2**30,
                **common.loop_metrics(sched, trace, agg, capacity)}
         return common.with_provenance(row, {"overrides": ov, "system": system})

@@ -117,7 +117,7 @@ def full_sequence_demand(mm, request, hit: int, num_tokens: int, in_flight_token
     - plus the hit blocks inside the window that sit in the free queue (touching them takes them
       out of it); hit blocks another running request holds cost nothing.
 
-    ``mm`` is a paged manager (``jenga.paged.PagedManager``) with the prefix index. Image and state
+    ``mm`` is a paged manager (``jenga.manager_base.PagedManager``) with the prefix index. Image and state
     types count their pages at full length (vLLM keeps no cross-attention here; Mamba: one state)."""
     total = 0
     hasher = mm.pending.get(request.request_id, (0, None))[1] if mm.enable_prefix_cache else None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from jenga.flat_pages import FlatPagePool
-from jenga.paged import PagedManager
+from jenga.manager_base import PagedManager
 from jenga.policies import MambaPolicy, policy_for
+from jenga.pools.flat import FlatPagePool
 from jenga.reqstate import StorageType
 from jenga.spec import SpecError, VisionEmbeddingSpec
 
@@ -14,7 +14,7 @@ from jenga.spec import SpecError, VisionEmbeddingSpec
 class _OnePageSize(PagedManager):
     """Shared flat pool of ``self.page_bytes`` pages and one LRU queue of cached pages."""
 
-    def _make_pool(self, **_):
+    def make_pool(self, **_):
         pool = FlatPagePool(len(self.types), self.page_bytes, self.capacity_bytes, self.enable_prefix_cache)
         if pool.num_pages == 0:
             raise SpecError(f"capacity_bytes ({self.capacity_bytes}) must hold at least one page "
@@ -29,11 +29,11 @@ class MaxPage(_OnePageSize):
     # The artifact's max page runs in Jenga's forks, with their sliding-window retention.
     option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens")
 
-    def _storage_types(self, **_):
+    def storage_types(self, **_):
         self.page_bytes = self.geometry.max_small_page_bytes
         return [StorageType(st.name, st.policy, st.tokens_per_page, self.page_bytes,
                             st.data_bytes_per_token, st.state_bytes)
-                for st in super()._storage_types()]
+                for st in super().storage_types()]
 
 
 class HybridGroups(_OnePageSize):
@@ -55,10 +55,10 @@ class HybridGroups(_OnePageSize):
         # vLLM keeps encoder outputs in its encoder cache, outside the KV pool (as vLLM v0 did).
         return [s for s in self.specs if not isinstance(s, VisionEmbeddingSpec)]
 
-    def _accounted_specs(self):
+    def accounted_specs(self):
         return self._stored_specs()
 
-    def _storage_types(self, **_):
+    def storage_types(self, **_):
         tpp = self.tokens_per_page
         stored = self._stored_specs()
         if not stored:

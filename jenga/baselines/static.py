@@ -8,8 +8,8 @@ A type's idle pages cannot serve another type (reported as ``free_stranded_bytes
 
 from __future__ import annotations
 
-from jenga.flat_pages import PartitionedPool
-from jenga.paged import PagedManager
+from jenga.manager_base import PagedManager
+from jenga.pools.flat import PartitionedPool
 from jenga.spec import SpecError
 
 HALF_SHARE_KINDS = frozenset({"sliding", "chunked", "token_drop", "vision_embedding", "mamba"})
@@ -22,7 +22,7 @@ class StaticPartition(PagedManager):
     # The artifact's static partition runs in Jenga's forks, with their sliding-window retention.
     option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens")
 
-    def _make_pool(self, **_):
+    def make_pool(self, **_):
         lp = self.geometry.large_page_bytes
         num_large = self.capacity_bytes // lp
         nt = len(self.types)

@@ -9,9 +9,9 @@ in vLLM v0 (activation memory), so they are neither stored nor counted here.
 
 from __future__ import annotations
 
-from jenga.flat_pages import FlatPagePool
-from jenga.paged import PagedManager
+from jenga.manager_base import PagedManager
 from jenga.policies import CrossPolicy, FullPolicy, MambaPolicy, cdiv
+from jenga.pools.flat import FlatPagePool
 from jenga.reqstate import StorageType
 from jenga.spec import FullAttentionSpec, MambaSpec, SpecError, VisionEmbeddingSpec
 
@@ -21,10 +21,10 @@ class UniformPaged(PagedManager):
 
     system_name = "vllm"
 
-    def _accounted_specs(self):
+    def accounted_specs(self):
         return [s for s in self.specs if not isinstance(s, VisionEmbeddingSpec)]
 
-    def _storage_types(self, **_):
+    def storage_types(self, **_):
         tpp = self.tokens_per_page
         token_specs = [s for s in self.specs if s.token_based and not isinstance(s, VisionEmbeddingSpec)]
         mamba = [s for s in self.specs if isinstance(s, MambaSpec)]
@@ -42,7 +42,7 @@ class UniformPaged(PagedManager):
                                    page, 0, s.state_bytes))
         return out
 
-    def _make_pool(self, **_):
+    def make_pool(self, **_):
         pool = FlatPagePool(len(self.types), self.page_bytes, self.capacity_bytes, self.enable_prefix_cache)
         if pool.num_pages == 0:
             raise SpecError(f"capacity_bytes ({self.capacity_bytes}) must hold at least one page "

@@ -26,24 +26,30 @@ from collections.abc import Callable
 
 from sortedcontainers import SortedList
 
-from jenga.manager import JengaManager
+from jenga.jenga_manager import JengaManager
 from jenga.policies import FullPolicy
 
 PrefixFlops = Callable[[int], float]
 
 
-def prefix_flops(profile, cost) -> PrefixFlops:
-    """Prefill FLOPs a hit of ``L`` tokens saves: the linear layers (2 · matmul params per token)
-    plus causal attention over the prefix in every attention layer (Mamba layers are linear)."""
-    attn_layers = sum((s.num_compute_layers or s.num_layers) for s in profile.specs if s.kind == "full")
+def prefix_flops(specs, matmul_params: float, attn_flops_per_pair: float) -> PrefixFlops:
+    """Prefill FLOPs a hit of ``L`` tokens saves: the linear layers (2 · ``matmul_params`` per
+    token) plus causal attention over the prefix (``attn_flops_per_pair`` per query-key pair and
+    layer) in every full-attention layer of ``specs`` (Mamba layers are linear)."""
+    attn_layers = sum((s.num_compute_layers or s.num_layers) for s in specs if s.kind == "full")
 
     def flops(L: int) -> float:
-        return 2.0 * cost.matmul_params * L + cost.attn_flops_per_pair * attn_layers * L * (L + 1) / 2
+        return 2.0 * matmul_params * L + attn_flops_per_pair * attn_layers * L * (L + 1) / 2
     return flops
 
 
 class MarconiManager(JengaManager):
-    """Jenga's LCM pool with Marconi's Mamba-state admission and FLOP-aware eviction."""
+    """Jenga's LCM pool with Marconi's Mamba-state admission and FLOP-aware eviction, built on the
+    manager's public checkpoint hooks (``on_new_request``, ``checkpoint_positions``,
+    ``on_checkpoint_saved``, ``checkpoint_hit``, ``checkpoint_eviction_key``; jenga/prefix.py).
+
+    Options: ``flop_alpha`` (0: plain LRU over the admitted checkpoints) and ``prefix_flops``
+    (:func:`prefix_flops`; None: LRU). ``admitted`` counts the checkpoints taken."""
 
     system_name = "marconi"
     option_names = ("request_aware", "flop_alpha", "prefix_flops")
@@ -80,32 +86,28 @@ class MarconiManager(JengaManager):
             pts.add(n - n % B)
         return sorted(pts)
 
-    def _allocate_new(self, request, n: int) -> bool:
+    def on_new_request(self, request) -> None:
         if self.enable_prefix_cache and request.request_id not in self._points:
             self._points[request.request_id] = self.admission_points(request)
-        return super()._allocate_new(request, n)
 
     def free(self, request) -> None:
         super().free(request)
         self._points.pop(request.request_id, None)
 
-    def _snapshot_mamba(self, rs, prev: int, T: int) -> None:
-        pts = [b for b in self._points.get(rs.rid, ()) if prev < b <= min(T, rs.prompt_len)]
-        if not pts:
-            return
-        for t, st in enumerate(self.types):
-            if not st.policy.state_based or st.policy.pages_per_state != 1:
-                continue
-            for b in pts:
-                if rs.hasher.hash_at(b) in self.index[t]:
-                    continue  # already checkpointed by another request
-                if not self._save_checkpoint(rs, t, st, b):
-                    return
-                if b not in self._positions:
-                    self._positions.add(b)
-                self.admitted += 1
+    def checkpoint_positions(self, rs, t: int, prev: int, T: int):
+        # A generator: the index is checked right before each save (a save may evict an entry).
+        hi = min(T, rs.prompt_len)
+        idx = self.index[t]
+        for b in self._points.get(rs.rid, ()):
+            if prev < b <= hi and rs.hasher.hash_at(b) not in idx:  # else: checkpointed by another request
+                yield b
 
-    def _mamba_valid(self, t: int, hasher, L: int) -> int:
+    def on_checkpoint_saved(self, t: int, b: int) -> None:
+        if b not in self._positions:
+            self._positions.add(b)
+        self.admitted += 1
+
+    def checkpoint_hit(self, t: int, hasher, L: int) -> int:
         # Any checkpointed position is a valid hit, not only multiples of an interval.
         idx = self.index[t]
         for i in range(self._positions.bisect_right(L) - 1, -1, -1):
@@ -119,16 +121,10 @@ class MarconiManager(JengaManager):
         state = sum(st.state_bytes for st in self.types if st.policy.state_based)
         return self.prefix_flops(L) / (state + self._kv_per_token * L)
 
-    def checkpoint_key(self, L: int) -> int:
+    def checkpoint_eviction_key(self, L: int) -> int:
         """Eviction timestamp of a checkpoint at ``L``: now + alpha · now · efficiency / max efficiency."""
         if self.prefix_flops is None or self.flop_alpha == 0:
             return self.now
         eff = self._efficiency(L)
         self._eff_max = max(self._eff_max, eff)
         return self.now + int(self.flop_alpha * self.now * eff / self._eff_max)
-
-    def _release_transients(self, rs) -> None:
-        for t, sid, key, plen, data in rs.transients:
-            key = key if key is not None else rs.hasher.hash_at(plen)
-            self._unref(t, sid, self.checkpoint_key(plen), plen, key, data)
-        rs.transients = []

@@ -1,13 +1,13 @@
-"""Page pools: the mechanism half of every allocator (which bytes belong to whom).
+"""Jenga's two-level LCM page pool (the other pools: ``flat.py``, ``exact.py``; interface: ``jenga.pools.PagePool``).
 
 - :class:`LcmPagePool` -- Jenga's two-level allocator. Memory is cut into *large pages* of
   LCM(small-page sizes); a large page is carved into small pages of one type at a time and goes back
   to the shared pool when all its small pages are free. Request-aware: a large page is tied to the
   request that took it, so that request's later small pages fill it first (paper §4.3). With the
   prefix cache on, allocation follows the paper's five steps (§5.4).
-- :class:`~jenga.flat_pages.FlatPagePool` -- one page size for every type (PagedAttention,
-  max-page, today's vLLM hybrid groups) and :class:`~jenga.flat_pages.PartitionedPool` (a fixed
-  flat pool per type, the static partition), in ``flat_pages.py``.
+- :class:`~jenga.pools.flat.FlatPagePool` -- one page size for every type (PagedAttention,
+  max-page, today's vLLM hybrid groups) and :class:`~jenga.pools.flat.PartitionedPool` (a fixed
+  flat pool per type, the static partition), in ``pools/flat.py``.
 
 A small page is identified by ``(type index, sid)``. Its state is *used* (some request holds it;
 reference counts live in the manager), *cached* (holds prefix-cache content, evictable) or *empty*.

@@ -2,7 +2,7 @@
 
 A system is this manager plus three choices: the *storage types* (which pages it keeps for which
 layers: one per layer type for Jenga, one merged type for PagedAttention, equal-layer groups for
-today's vLLM), the *pool* (LCM two-level, flat, or partitioned; ``pages.py``) and the *accounting
+today's vLLM), the *pool* (LCM two-level, flat, partitioned or exact; ``jenga/pools/``) and the *accounting
 specs* (the model's real layer types, which define the bytes some layer will still read). The
 facade methods, prefix caching (``prefix.py``) and the usage breakdown are written once.
 
@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import math
 
-from jenga.flat_pages import FlatPagePool, PartitionedPool
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
-from jenga.pages import LcmPagePool
 from jenga.policies import FullPolicy, policy_for
+from jenga.pools import PagePool
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
 from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SlidingWindowSpec, SpecError, page_geometry
-
-Pool = LcmPagePool | FlatPagePool | PartitionedPool
 
 
 class PagedManager(PrefixCacheMixin, MemoryManager):
@@ -51,11 +48,11 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         # (SlidingPolicy.retain_tokens); the SlidingPolicy validates the value.
         self.sliding_retention = options.get("sliding_retention_tokens", 0)
         self.sliding_hit_extra = options.get("sliding_hit_extra_tokens", 0)
-        self.types: list[StorageType] = self._storage_types(**options)
-        self.acct = [policy_for(s) for s in self._accounted_specs()]
+        self.types: list[StorageType] = self.storage_types(**options)
+        self.acct = [policy_for(s) for s in self.accounted_specs()]
         self._full_bpt = sum(p.bytes_per_token for p in self.acct if type(p) is FullPolicy)
         self._acct_other = [p for p in self.acct if type(p) is not FullPolicy]
-        self.pool: Pool = self._make_pool(**options)
+        self.pool: PagePool = self.make_pool(**options)
         self.pool.on_evict = self._on_evict
         n = len(self.types)
         self.ref: list[dict[int, int]] = [{} for _ in range(n)]
@@ -69,6 +66,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.dup_bytes = 0  # held data bytes counted twice (pages shared by running requests)
         self.shared_data: dict[tuple[int, int], int] = {}
         self.extra_counts = {"hit_lost_tokens": 0, "retry_tight": 0}
+        self.checkpoints_saved = 0  # Mamba state pages checkpointed (prefix.PrefixCacheMixin._save_checkpoint)
         self._j: Journal | None = None  # undo log of an allocation that may fail
         token_tpps = [s.tokens_per_page for s in self.types if not (s.policy.image_based or s.policy.state_based)]
         self.hash_block = math.gcd(*token_tpps) if token_tpps else tokens_per_page
@@ -78,8 +76,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                        for st in self.types]
         self.align = math.lcm(*token_tpps) if token_tpps else 1
 
-    # -- hooks for subclasses -----------------------------------------------------------------------
-    def _storage_types(self, **options) -> list[StorageType]:
+    # -- extension hooks (public: a new system subclasses and overrides these) -----------------------
+    # ``storage_types`` (which pages are kept for which layers), ``accounted_specs`` (the layer types
+    # whose reads define "needed" bytes) and ``make_pool`` (the PagePool the pages come from) are
+    # called once, in this order, from ``__init__``; ``options`` are the system's ``option_names``.
+    # Mamba checkpoint policy hooks: ``on_new_request``, ``checkpoint_positions``, ``on_checkpoint_saved``,
+    # ``checkpoint_hit``, ``checkpoint_eviction_key`` (prefix.py). ``checkpoints_saved`` counts the
+    # Mamba checkpoints taken (a study reads it; nothing patches).
+    def storage_types(self, **options) -> list[StorageType]:
         """One storage type per layer type, small page exactly the spec's (Jenga)."""
         return [StorageType(s.name, policy_for(s, **self._policy_options(s)), self.tokens_per_page,
                             s.small_page_bytes(self.tokens_per_page), s.bytes_per_token,
@@ -89,11 +93,12 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         return ({"retain_tokens": self.sliding_retention, "hit_extra_tokens": self.sliding_hit_extra}
                 if isinstance(spec, SlidingWindowSpec) else {})
 
-    def _accounted_specs(self) -> list[LayerTypeSpec]:
+    def accounted_specs(self) -> list[LayerTypeSpec]:
         return list(self.specs)
 
-    def _make_pool(self, **options) -> Pool:
-        raise TypeError(f"{type(self).__name__} must define _make_pool")
+    def make_pool(self, **options) -> PagePool:
+        """The page pool over ``self.types`` (a :class:`jenga.pools.PagePool`: ``pools/lcm.py``, ``pools/flat.py``, ``pools/exact.py``)."""
+        raise TypeError(f"{type(self).__name__} must define make_pool")
 
     def _fits(self, rs: ReqState, prev: int, T: int, demand: dict[int, int], hits) -> bool:
         """Whether the request can grow to ``T`` tokens: ``demand`` new pages per type besides the
@@ -200,6 +205,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         return True
 
     def _allocate_new(self, request: RequestView, n: int) -> bool:
+        self.on_new_request(request)
         rid = request.request_id
         hit, hasher = self.pending.get(rid, (0, None))
         if hasher is None and self.enable_prefix_cache:

@@ -1,6 +1,6 @@
 """JengaManager: the paper's allocator behind the one facade.
 
-Two-level LCM pool (``pages.LcmPagePool``): one small page per layer type per ``tokens_per_page``
+Two-level LCM pool (``pools.lcm.LcmPagePool``): one small page per layer type per ``tokens_per_page``
 tokens (page-layer layout: the page carries every layer of the type), large pages of the LCM of the
 small-page sizes, request-aware placement, per-type freeing through the policies, and per-type
 prefix caching with the prefix-subset evictor. ``request_aware=False`` is the ablation
@@ -9,8 +9,8 @@ prefix caching with the prefix-subset evictor. ``request_aware=False`` is the ab
 
 from __future__ import annotations
 
-from jenga.paged import PagedManager
-from jenga.pages import LcmPagePool
+from jenga.manager_base import PagedManager
+from jenga.pools.lcm import LcmPagePool
 from jenga.spec import SpecError
 
 
@@ -20,7 +20,7 @@ class JengaManager(PagedManager):
     system_name = "jenga"
     option_names = ("request_aware", "sliding_retention_tokens", "sliding_hit_extra_tokens")
 
-    def _make_pool(self, request_aware: bool = True, **_) -> LcmPagePool:
+    def make_pool(self, request_aware: bool = True, **_) -> LcmPagePool:
         pool = LcmPagePool([st.page_bytes for st in self.types], self.capacity_bytes,
                            request_aware=bool(request_aware), enable_cache=self.enable_prefix_cache)
         if pool.num_large == 0:

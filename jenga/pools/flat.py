@@ -1,7 +1,7 @@
 """Single-level page pools for the baselines: one page size shared by every type
 (:class:`FlatPagePool`), or one fixed pool per type (:class:`PartitionedPool`).
 
-Same interface as :class:`jenga.pages.LcmPagePool` (``alloc``, ``free``, ``to_cached``,
+Same interface as :class:`jenga.pools.lcm.LcmPagePool` (``alloc``, ``free``, ``to_cached``,
 ``from_cached``, ``can_fit``, counters), so the paged manager runs unchanged on top of them.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from jenga.evictor import PrefixSubsetEvictor
 from jenga.journal import Journal
-from jenga.pages import EvictHook, _append, _pop
+from jenga.pools.lcm import EvictHook, _append, _pop
 
 
 class FlatPagePool:
