@@ -72,3 +72,14 @@ class Journal:
             fn(a, b, c)
         self.entries.clear()
         self._kept.clear()
+
+
+def journal_flat_pool(pool, j: Journal | None) -> None:
+    """``begin`` of a pool with per-type ``used`` / ``cached`` lists and ``path_counts`` (the flat,
+    partitioned and exact pools): log every change into ``j`` until ``j`` is None."""
+    pool._j = j
+    if pool.evictor is not None:
+        pool.evictor._j = j
+    if j is not None:
+        for x in (pool.used, pool.cached, pool.path_counts):
+            j.contents(x)

@@ -312,9 +312,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             end = computed // tpp
             for j in range(rs.reg[t], end):
                 sid = pages.get(j)
-                if sid is not None:
+                if sid is not None and self._cacheable(rs, t, j):
                     self._register(t, sid, rs.hasher.hash_at((j + 1) * tpp))
             rs.reg[t] = max(rs.reg[t], end)
+
+    def _cacheable(self, rs: ReqState, t: int, j: int) -> bool:
+        """Whether logical page j of type t may enter the cache index (every page here; today's
+        vLLM caches sliding-window pages only where a later hit can reach them)."""
+        return True
 
     def _release_pages(self, rs: ReqState, t: int, js, stale: bool) -> None:
         st = self.types[t]

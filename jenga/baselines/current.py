@@ -86,18 +86,8 @@ class VllmCurrent(HybridGroups):
         key = super()._page_key(rs, t, j, computed)
         return key if key is None or self._reachable(rs, t, j) else None
 
-    def _register_computed(self, rs: ReqState) -> None:
-        computed = rs.T
-        for t, st in enumerate(self.types):
-            if st.policy.image_based or st.policy.state_based:
-                continue
-            tpp, pages = st.tokens_per_page, rs.pages[t]
-            end = computed // tpp
-            for j in range(rs.reg[t], end):
-                sid = pages.get(j)
-                if sid is not None and self._reachable(rs, t, j):
-                    self._register(t, sid, rs.hasher.hash_at((j + 1) * tpp))
-            rs.reg[t] = max(rs.reg[t], end)
+    def _cacheable(self, rs: ReqState, t: int, j: int) -> bool:
+        return self._reachable(rs, t, j)
 
     def _release_pages(self, rs: ReqState, t: int, js, stale: bool) -> None:
         # One free queue in release order: out-of-window blocks are not evicted first.

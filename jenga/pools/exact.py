@@ -8,6 +8,7 @@ bytes and is evicted only when the bytes are needed (:meth:`ExactPool.evict_unti
 from __future__ import annotations
 
 from jenga.evictor import PrefixSubsetEvictor
+from jenga.journal import journal_flat_pool
 from jenga.pools.lcm import EvictHook
 
 
@@ -38,12 +39,8 @@ class ExactPool:
 
     def begin(self, j) -> None:
         """Log every change into ``j`` until ``begin(None)`` (see jenga/journal.py)."""
-        self._j = j
-        if self.evictor is not None:
-            self.evictor._j = j
+        journal_flat_pool(self, j)
         if j is not None:
-            for x in (self.used, self.cached, self.path_counts):
-                j.contents(x)
             j.attr(self, "cached_bytes")
             j.attr(self, "_next")
 

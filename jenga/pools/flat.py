@@ -8,7 +8,7 @@ Same interface as :class:`jenga.pools.lcm.LcmPagePool` (``alloc``, ``free``, ``t
 from __future__ import annotations
 
 from jenga.evictor import PrefixSubsetEvictor
-from jenga.journal import Journal
+from jenga.journal import Journal, journal_flat_pool
 from jenga.pools.lcm import EvictHook, _append, _pop
 
 
@@ -32,12 +32,7 @@ class FlatPagePool:
 
     def begin(self, j: Journal | None) -> None:
         """Log every change into ``j`` until ``begin(None)`` (see jenga/journal.py)."""
-        self._j = j
-        if self.evictor is not None:
-            self.evictor._j = j
-        if j is not None:
-            for x in (self.used, self.cached, self.path_counts):
-                j.contents(x)
+        journal_flat_pool(self, j)
 
     def sure_fit(self, demand: dict[int, int], owner: object = None) -> bool:
         """True when ``alloc`` cannot fail: enough free pages without evicting."""
