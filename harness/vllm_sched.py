@@ -25,7 +25,8 @@ from typing import Any
 
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
-from harness.sim.cost import CostModel, _get, profile_tokens
+from harness.backends.settings import EngineSettings, GpuSettings
+from harness.sim.cost import CostModel, profile_tokens
 from harness.workloads.request import Request
 from jenga.registry import check_system_names
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
@@ -49,7 +50,7 @@ def scheduler_options(cfg, options: dict) -> dict:
     """vLLM SchedulerConfig fields: ``backend.options.scheduler`` plus ``engine.full_prompt_admission``
     (when set) as ``scheduler_reserve_full_isl``, the same gate ``backend=sim`` models."""
     extra = dict(options.get("scheduler") or {})
-    fpa = _get(cfg.engine, "full_prompt_admission", None)
+    fpa = EngineSettings.of(cfg.engine).full_prompt_admission
     if fpa is not None:
         if extra.get("scheduler_reserve_full_isl", bool(fpa)) != bool(fpa):
             raise ValueError("engine.full_prompt_admission and backend.options.scheduler."
@@ -73,14 +74,13 @@ def check_options(options: dict, allowed: set[str], backend: str) -> None:
 def engine_knobs(cfg, profile: ModelProfile, hybrid: bool, retention, scheduler_extra: dict | None = None):
     """The cell's engine settings in vLLM terms (the same token budget rule as ``backend=sim``)."""
     from harness.vllm_plan import EngineKnobs
-    engine = cfg.engine
-    max_len = int(_get(engine, "max_model_len") or profile.max_model_len)
-    chunked = bool(_get(engine, "enable_chunked_prefill", False)) or str(_get(engine, "engine_version", "v0")) == "v1"
-    return EngineKnobs(hybrid=hybrid, block_size=int(_get(engine, "tokens_per_page", 16)),
-                       max_num_seqs=int(_get(engine, "max_num_seqs", 256)),
+    engine = EngineSettings.of(cfg.engine)
+    max_len = engine.model_len(profile)
+    return EngineKnobs(hybrid=hybrid, block_size=int(engine.tokens_per_page),
+                       max_num_seqs=int(engine.max_num_seqs),
                        max_num_batched_tokens=profile_tokens(engine, max_len), max_model_len=max_len,
-                       enable_chunked_prefill=chunked,
-                       enable_prefix_caching=bool(_get(engine, "enable_prefix_caching", False)),
+                       enable_chunked_prefill=engine.mixed_batches,
+                       enable_prefix_caching=bool(engine.enable_prefix_caching),
                        prefix_cache_retention_interval=retention, scheduler_extra=dict(scheduler_extra or {}))
 
 
@@ -152,7 +152,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     system = str(cfg.system.name)
     hybrid = hybrid_for_system(system, "vllm_sched")
     jenga = system == "jenga"
-    options = dict(_get(cfg.backend, "options") or {})
+    options = dict(cfg.backend.options or {})
     check_options(options, BACKEND_OPTIONS, "vllm_sched")
     require_vllm()
     if profile.vision is not None and profile.vision.cross_attention:
@@ -172,7 +172,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     from vllm.v1.request import Request as VRequest
     from vllm.v1.structured_output import StructuredOutputManager
 
-    cost = CostModel(profile, cfg.gpu, cfg.engine)
+    cost = CostModel(profile, GpuSettings.of(cfg.gpu), EngineSettings.of(cfg.engine))
     kv_bytes = cost.kv_capacity_bytes()
     knobs = engine_knobs(cfg, profile, hybrid, retention, scheduler_options(cfg, options))
     # The proxy model directory must outlive the config (ModelConfig may read it again).

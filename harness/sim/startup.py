@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.sim.cost import CostModel, _get
+from harness.backends.settings import EngineSettings, GpuSettings
+from harness.sim.cost import CostModel
 
 
 @dataclass(frozen=True)
@@ -41,20 +42,20 @@ def fit_report(cfg, profile, requests) -> FitReport:
     from harness.sim.scheduler import FullPromptProbe
 
     system = str(cfg.system.name)
+    engine = EngineSettings.of(cfg.engine)
     try:
-        capacity = CostModel(profile, cfg.gpu, cfg.engine).kv_capacity_bytes()
+        capacity = CostModel(profile, GpuSettings.of(cfg.gpu), engine).kv_capacity_bytes()
     except ValueError as exc:
         return FitReport(system, False, 0, len(requests), len(requests), str(exc))
-    engine = cfg.engine
-    if str(_get(engine, "engine_version", "v0")) == "v1":
+    if engine.engine_version == "v1":
         need = v1_one_request_bytes(profile, engine)
         if need > capacity:
             return FitReport(system, False, capacity, len(requests), len(requests),
                              f"V1 check_enough_kv_cache_memory: one max_model_len request needs "
                              f"{need / 2**30:.2f} GiB > {capacity / 2**30:.2f} GiB")
-    mm = make_manager(system, profile, capacity, engine, _get(cfg.system, "options") or {})
+    mm = make_manager(system, profile, capacity, engine, cfg.system.options or {})
     probe = FullPromptProbe(mm)
-    if str(_get(engine, "engine_version", "v0")) == "v1":
+    if engine.engine_version == "v1":
         # V1 admits chunk by chunk; the scheduler drops a request only when its first chunk does
         # not fit an otherwise empty pool (harness/sim/scheduler.py ``_admit``).
         budget = sched_budget(profile, engine)
@@ -68,7 +69,8 @@ def fit_report(cfg, profile, requests) -> FitReport:
 def sched_budget(profile, engine) -> int:
     from harness.sim.cost import profile_tokens
 
-    return profile_tokens(engine, int(_get(engine, "max_model_len") or profile.max_model_len))
+    engine = EngineSettings.of(engine)
+    return profile_tokens(engine, engine.model_len(profile))
 
 
 def v1_one_request_bytes(profile, engine) -> int:
@@ -78,8 +80,9 @@ def v1_one_request_bytes(profile, engine) -> int:
     max_model_len)`` tokens plus one block; chunked local ``min(chunk + ceil(budget / chunk),
     max_model_len)`` tokens; rounded up to 16-token blocks. The check runs on the hybrid spec
     before ``--disable-hybrid-allocator`` unifies it, so it is the same for every system."""
-    tpp = int(_get(engine, "tokens_per_page", 16))
-    max_len = int(_get(engine, "max_model_len") or profile.max_model_len)
+    engine = EngineSettings.of(engine)
+    tpp = int(engine.tokens_per_page)
+    max_len = engine.model_len(profile)
     budget = sched_budget(profile, engine)
     total = 0
     for s in profile.specs:
