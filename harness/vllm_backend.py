@@ -28,10 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.backends.settings import EngineSettings, GpuSettings
 from harness.hf_config import write_hf_config
 from harness.profile import ModelProfile
 from harness.records import REPO_ROOT, RunResult, summarize_requests
-from harness.backends.settings import EngineSettings, GpuSettings
 from harness.sim.cost import profile_tokens
 from harness.vllm_plan import INSTALL_HINT, VllmUnavailable, gpu_available, have_vllm
 from harness.vllm_sched import allocator_name, check_options, hybrid_for_system

@@ -23,9 +23,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from harness.backends.settings import EngineSettings, GpuSettings
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
-from harness.backends.settings import EngineSettings, GpuSettings
 from harness.sim.cost import CostModel, profile_tokens
 from harness.workloads.request import Request
 from jenga.registry import check_system_names
