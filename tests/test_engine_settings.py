@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from harness.backends.settings import EngineSettings, GpuSettings
 from harness.config import ConfigError, EngineConf
-from tests.sim_fakes import tiny_gpu
+from sim_fakes import tiny_gpu
 
 
 def test_engine_defaults_are_engineconf():

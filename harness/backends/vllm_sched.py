@@ -3,7 +3,7 @@
 The same loop vLLM's own CPU tests use: ``schedule()`` → a fake ``ModelRunnerOutput`` (one token
 per request whose prefill completes this step) → ``update_from_output()``. vLLM decides admission,
 chunking, preemption, prefix hits, eviction and block placement (hybrid KV cache manager on or
-off); only time is ours: each step lasts :class:`harness.sim.cost.CostModel`'s ``step_time``, so
+off); only time is ours: each step lasts :class:`harness.backends.sim.cost.CostModel`'s ``step_time``, so
 throughput is simulated exactly as ``backend=sim``'s and the two differ only by scheduler and
 allocator. ``prefix_cache_retention_interval`` is pinned per cell (``backend.options``; default 0,
 what ``vllm serve`` uses) because it changes sliding-window hit rates a lot.
@@ -24,16 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.sim.cost import CostModel, profile_tokens
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
-from harness.sim.cost import CostModel, profile_tokens
 from harness.workloads.request import Request
 from jenga.registry import check_system_names
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 
 # system (a jenga registry name) -> hybrid KV cache manager on?
 SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True}
-check_system_names(SYSTEM_HYBRID, "harness.vllm_sched.SYSTEM_HYBRID")
+check_system_names(SYSTEM_HYBRID, "harness.backends.vllm_sched.SYSTEM_HYBRID")
 BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler", "check_invariants"}
 JENGA_ALLOCATOR = "jenga_lcm (jenga_vllm plugin: jenga/ LCM pool under vLLM's per-type managers)"
 
@@ -73,7 +73,7 @@ def check_options(options: dict, allowed: set[str], backend: str) -> None:
 
 def engine_knobs(cfg, profile: ModelProfile, hybrid: bool, retention, scheduler_extra: dict | None = None):
     """The cell's engine settings in vLLM terms (the same token budget rule as ``backend=sim``)."""
-    from harness.vllm_plan import EngineKnobs
+    from harness.backends.vllm.plan import EngineKnobs
     engine = EngineSettings.of(cfg.engine)
     max_len = engine.model_len(profile)
     return EngineKnobs(hybrid=hybrid, block_size=int(engine.tokens_per_page),
@@ -139,7 +139,7 @@ def _needed_and_allocated(sched, bytes_per_block: list[int], group_types) -> tup
 
 def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     """Run one cell through vLLM's scheduler and KV cache manager (contract §4)."""
-    from harness.vllm_plan import (
+    from harness.backends.vllm.plan import (
         layer_name,
         layer_owners,
         make_vllm_config,
@@ -318,5 +318,5 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
                           "scheduler_reserve_full_isl": getattr(vc.scheduler_config, "scheduler_reserve_full_isl", None),
                           **knobs.scheduler_extra},
             "layer_types": [s.name for s in cap_specs], "driver_wall_s": driver_wall,
-            "step_time_model": "harness.sim.cost.CostModel"}
+            "step_time_model": "harness.backends.sim.cost.CostModel"}
     return RunResult(metrics=metrics, trace=trace, meta=meta)

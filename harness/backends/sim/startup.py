@@ -1,6 +1,6 @@
 """Can a cell start, and can its pool hold every request? No simulation (issue 9 §2).
 
-vLLM's start-up decides two things before any request runs (see :mod:`harness.sim.cost`): the KV
+vLLM's start-up decides two things before any request runs (see :mod:`harness.backends.sim.cost`): the KV
 pool left after the profiling pass (``CostModel.kv_capacity_bytes``; none left is a start-up
 failure), and, once serving, whether each request can ever be admitted. The v0 forks admit a
 prefill only if its whole sequence fits above the 1 % watermark (``can_allocate`` ->
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.backends.settings import EngineSettings, GpuSettings
-from harness.sim.cost import CostModel
+from harness.backends.sim.cost import CostModel
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ class FitReport:
 
 def fit_report(cfg, profile, requests) -> FitReport:
     """Start-up and admission check of one composed cell (``cfg``) for its ``system``."""
-    from harness.sim.engine import V0_WATERMARK, make_manager
-    from harness.sim.scheduler import FullPromptProbe
+    from harness.backends.sim.engine import V0_WATERMARK, make_manager
+    from harness.backends.sim.scheduler import FullPromptProbe
 
     system = str(cfg.system.name)
     engine = EngineSettings.of(cfg.engine)
@@ -57,7 +57,7 @@ def fit_report(cfg, profile, requests) -> FitReport:
     probe = FullPromptProbe(mm)
     if engine.engine_version == "v1":
         # V1 admits chunk by chunk; the scheduler drops a request only when its first chunk does
-        # not fit an otherwise empty pool (harness/sim/scheduler.py ``_admit``).
+        # not fit an otherwise empty pool (harness/backends/sim/scheduler.py ``_admit``).
         budget = sched_budget(profile, engine)
         never = sum(1 for r in requests if probe.required_bytes(r, min(r.prompt_len, budget)) > capacity)
     else:
@@ -67,7 +67,7 @@ def fit_report(cfg, profile, requests) -> FitReport:
 
 
 def sched_budget(profile, engine) -> int:
-    from harness.sim.cost import profile_tokens
+    from harness.backends.sim.cost import profile_tokens
 
     engine = EngineSettings.of(engine)
     return profile_tokens(engine, engine.model_len(profile))

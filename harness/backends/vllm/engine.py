@@ -1,7 +1,7 @@
 """``backend=vllm``: the real vLLM engine, one child process per cell.
 
-The child (:mod:`harness.vllm_worker`, run with the vLLM venv's interpreter) loads the model with
-dummy weights from the ``config.json`` that :func:`harness.hf_config.write_hf_config` writes, feeds
+The child (:mod:`harness.backends.vllm.worker`, run with the vLLM venv's interpreter) loads the model with
+dummy weights from the ``config.json`` that :func:`harness.backends.vllm.hf_config.write_hf_config` writes, feeds
 the workload's exact prompt token ids (``skip_tokenizer_init``, ``ignore_eos``, min = max output
 tokens) so both arms of a comparison do identical work, and reports wall-clock timestamps, per
 step stats and what vLLM resolved. A crash, OOM or timeout ends that cell only: ``run_cell``
@@ -29,12 +29,12 @@ import tempfile
 from pathlib import Path
 
 from harness.backends.settings import EngineSettings, GpuSettings
-from harness.hf_config import write_hf_config
+from harness.backends.sim.cost import profile_tokens
+from harness.backends.vllm.hf_config import write_hf_config
+from harness.backends.vllm.plan import INSTALL_HINT, VllmUnavailable, gpu_available, have_vllm
+from harness.backends.vllm_sched import allocator_name, check_options, hybrid_for_system
 from harness.profile import ModelProfile
 from harness.records import REPO_ROOT, RunResult, summarize_requests
-from harness.sim.cost import profile_tokens
-from harness.vllm_plan import INSTALL_HINT, VllmUnavailable, gpu_available, have_vllm
-from harness.vllm_sched import allocator_name, check_options, hybrid_for_system
 from harness.workloads.request import Request
 
 BACKEND_OPTIONS = {"engine_args", "prefix_cache_retention_interval", "timeout_s", "python", "keep_workdir",
@@ -144,7 +144,7 @@ def launch(python: str, workdir: Path, timeout_s: float, jenga: bool = False) ->
     log = workdir / "worker.log"
     with open(log, "w") as f:
         try:
-            proc = subprocess.run([python, "-m", "harness.vllm_worker", str(workdir)], cwd=REPO_ROOT, env=env,
+            proc = subprocess.run([python, "-m", "harness.backends.vllm.worker", str(workdir)], cwd=REPO_ROOT, env=env,
                                   stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"vLLM child timed out after {timeout_s:.0f} s; log tail:\n{_tail(log)}") from None

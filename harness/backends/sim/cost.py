@@ -231,7 +231,7 @@ ALLREDUCE_LATENCY_S = 8e-6
 # Mamba recurrence FLOPs per (token, d_inner, d_state) element: dA = exp(dt*A), dB*x, h = dA*h +
 # dBx, y += C*h (mamba_ssm selective_scan: ~6 multiply/adds + one exp) — ASSUMED count, tiny anyway.
 MAMBA_SCAN_FLOPS_PER_ELEMENT = 7
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "conf" / "gpu" / "profiles"
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "conf" / "gpu" / "profiles"
 # Memory outside torch's allocator that vLLM's profiler adds (CUDA context, cuBLAS workspace); vLLM
 # logs typically report 0.1-0.3 GiB for one GPU ("non_torch_memory takes 0.16GiB").
 NON_TORCH_BYTES = GiB // 5

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.sim.cost import CostModel, block_manager_of, profile_tokens
+from harness.backends.sim.scheduler import Scheduler, SchedulerConfig
 from harness.config import ENGINE_VERSIONS
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
-from harness.sim.cost import CostModel, block_manager_of, profile_tokens
-from harness.sim.scheduler import Scheduler, SchedulerConfig
 from harness.workloads.request import Request
 from jenga.spec import page_geometry
 
