@@ -5,10 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
+from sim_fakes import tiny_gpu
 
 from harness.backends.settings import EngineSettings, GpuSettings
 from harness.config import ConfigError, EngineConf
-from sim_fakes import tiny_gpu
 
 
 def test_engine_defaults_are_engineconf():

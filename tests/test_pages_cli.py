@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.tools import pages, waste
 from harness.config import compose_cell
 from harness.models import load_profile
+from harness.tools import pages, waste
 
 REPO = Path(__file__).resolve().parent.parent
 
