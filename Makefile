@@ -24,7 +24,7 @@ test: $(STAMP)
 
 # LCM page geometry of the model zoo (paper §4.4); ARGS=model=<name> for one model.
 pages: $(STAMP)
-	$(PY) -m harness.pages $(ARGS)
+	$(PY) -m harness.tools.pages $(ARGS)
 
 # Per-system allocator cost (ours), then like for like against vLLM in one run (same stream, same
 # level: LCM pool vs BlockPool, JengaManager.allocate vs KVCacheManager.allocate_slots).
@@ -116,10 +116,10 @@ test-vllm: $(VLLM_STAMP)
 # Issue 11: the jenga_vllm plugin inside the real engine vs stock vLLM with the hybrid manager on and
 # off, bit for bit, on random-weight tiny checkpoints; one summary line, non-zero exit on a mismatch.
 plugin-check: $(VLLM_STAMP)
-	HF_HUB_OFFLINE=1 $(VLLM_PY) -m harness.vllm_plugin_check $(ARGS)
+	HF_HUB_OFFLINE=1 $(VLLM_PY) -m harness.tools.vllm_plugin_check $(ARGS)
 
 crosscheck: $(VLLM_STAMP)
-	HF_HUB_OFFLINE=1 $(VLLM_PY) -m harness.crosscheck $(ARGS)
+	HF_HUB_OFFLINE=1 $(VLLM_PY) -m harness.tools.crosscheck $(ARGS)
 
 gpu-fig14: $(VLLM_STAMP)
 	bash scripts/gpu_fig14.sh $(ARGS)

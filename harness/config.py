@@ -16,6 +16,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from harness.backends import BACKEND_NAMES
 from jenga.registry import SYSTEM_NAMES
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -168,7 +169,7 @@ class GpuConf:
 class SystemConf:
     """Memory-management system (name as in ``jenga.make_manager``) and its options.
     ``options_by_engine``: options that differ between the artifact's v0 and v1 forks, keyed by
-    ``engine.engine_version``; merged over ``options`` for that engine (harness.sim.engine)."""
+    ``engine.engine_version``; merged over ``options`` for that engine (harness.backends.sim.engine)."""
 
     name: str = MISSING
     options: dict[str, Any] = field(default_factory=dict)
@@ -211,10 +212,10 @@ class EngineConf:
     num_speculative_tokens: int = 0
     spec_acceptance_rate: float | None = None
     # Today's vLLM admits a request only if its whole prompt fits (scheduler_reserve_full_isl);
-    # None: on for system=vllm_current, off for the engines the artifact ran (harness/sim/engine.py).
+    # None: on for system=vllm_current, off for the engines the artifact ran (harness/backends/sim/engine.py).
     full_prompt_admission: bool | None = None
     # vLLM v0's --disable-async-output-proc. v0 also turns async output processing off by itself
-    # under enforce_eager (ModelConfig.verify_async_output_proc); harness/sim/cost.py, OutputProc.
+    # under enforce_eager (ModelConfig.verify_async_output_proc); harness/backends/sim/cost.py, OutputProc.
     disable_async_output_proc: bool = False
 
 
@@ -236,7 +237,7 @@ class CellConf:
 
 # The cell systems of jenga's registry (the one list; study-only variants are not ``system=`` values).
 SYSTEMS = SYSTEM_NAMES
-BACKENDS = ("sim", "vllm_sched", "vllm")
+BACKENDS = BACKEND_NAMES  # the backends registry (harness.backends.REGISTRY)
 ENGINE_VERSIONS = ("v0", "v1")
 SOURCES = ("twin", "hf")
 

@@ -17,7 +17,6 @@ finished record) and is returned as a record with ``status: failed``.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 import traceback
@@ -29,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 # Registers the cell schema in Hydra's ConfigStore before the app composes config.yaml.
 import harness.config  # noqa: F401
+from harness.backends import run_cell_of
 from harness.records import (
     code_fingerprint,
     finished_record,
@@ -37,8 +37,6 @@ from harness.records import (
     write_record,
     write_trace,
 )
-
-BACKEND_MODULES = {"sim": "harness.sim.engine", "vllm_sched": "harness.vllm_sched", "vllm": "harness.vllm_backend"}
 
 
 def cell_keys(cfg: DictConfig) -> dict[str, Any]:
@@ -63,12 +61,6 @@ def cell_dir(cfg: DictConfig) -> Path:
     return record_dir(cfg.out_dir, cell_keys(cfg), [key, f"code={code_fingerprint()}"])
 
 
-def _backend(name: str):
-    if name not in BACKEND_MODULES:
-        raise ValueError(f"backend.name={name!r} is not valid; allowed: {sorted(BACKEND_MODULES)}")
-    return importlib.import_module(BACKEND_MODULES[name])
-
-
 def run_cell(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """Run (or reuse) one cell and return its record."""
     out = cell_dir(cfg)
@@ -87,7 +79,7 @@ def run_cell(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> di
 
         profile = load_profile(cfg.model)
         requests = build_workload(cfg)
-        result = _backend(cfg.backend.name).run_cell(cfg, profile, requests)
+        result = run_cell_of(cfg.backend.name)(cfg, profile, requests)
     except Exception as exc:  # noqa: BLE001 - any failure becomes a failure record
         err = f"{type(exc).__name__}: {exc}"
         rec = make_record(cell, overrides, None, conf, time.perf_counter() - t0, error=err)

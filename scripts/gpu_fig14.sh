@@ -39,7 +39,7 @@ if [[ " ${ARGS[*]:-} " != *" --dry-run "* && "${PLUGIN_CHECK:-1}" == "1" ]]; the
   mkdir -p results/fig14_vllm
   # The plugin vs stock vLLM (hybrid manager on/off), random-weight tiny models, greedy, logprobs.
   # On a GPU the kernels are not bit-exact across batch shapes; read the printed max |d logprob|.
-  "$PY" -m harness.vllm_plugin_check --json results/fig14_vllm/plugin_check.json || \
+  "$PY" -m harness.tools.vllm_plugin_check --json results/fig14_vllm/plugin_check.json || \
     echo "gpu_fig14.sh: plugin-check reported a mismatch (results/fig14_vllm/plugin_check.json); continuing" >&2
 fi
-exec "$PY" -m harness.vllm_fig14 --gpu "$GPU" "${ARGS[@]}"
+exec "$PY" -m harness.backends.vllm.fig14 --gpu "$GPU" "${ARGS[@]}"

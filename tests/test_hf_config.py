@@ -7,10 +7,15 @@ import json
 
 import pytest
 
+from harness.backends.vllm.hf_config import (
+    SUPPORTED_ARCHITECTURES,
+    HFConfigError,
+    hf_config_dict,
+    write_hf_config,
+)
+from harness.backends.vllm.tiny import tiny_profile
 from harness.config import compose_cell, options
-from harness.hf_config import SUPPORTED_ARCHITECTURES, HFConfigError, hf_config_dict, write_hf_config
 from harness.models import load_profile
-from harness.vllm_tiny import tiny_profile
 
 
 def test_tiny_gemma2_config_has_the_profile_shapes(tmp_path):

@@ -102,8 +102,8 @@ def test_simulator_refuses_an_over_committing_allocator():
     "ok" record (the issue saw jamba FP8 oracle records with free bytes < 0 in their trace)."""
     from sim_fakes import make_requests
 
-    from harness.sim.engine import simulate
-    from harness.sim.scheduler import SchedulerConfig
+    from harness.backends.sim.engine import simulate
+    from harness.backends.sim.scheduler import SchedulerConfig
 
     class OverCommitting(jenga.baselines.Oracle):
         def usage(self):

@@ -1,7 +1,7 @@
 """Every Fig. 13 / Fig. 14 cell starts and admits its whole workload, on both GPUs (issue 9 §2, §5).
 
-No simulation: vLLM's profiling pass (harness.sim.cost) and the v0 admission probe
-(harness.sim.startup.fit_report) on each cell's own requests. The only cells allowed not to fit
+No simulation: vLLM's profiling pass (harness.backends.sim.cost) and the v0 admission probe
+(harness.backends.sim.startup.fit_report) on each cell's own requests. The only cells allowed not to fit
 are the bars the paper itself marks OOM (results/paper/fig14_sosp.csv, "OOM" in the source).
 """
 
@@ -14,11 +14,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness import analysis
+from harness.backends.sim.cost import CostModel
+from harness.backends.sim.startup import fit_report
 from harness.config import compose_cell
 from harness.experiment import plan
 from harness.models import load_profile
-from harness.sim.cost import CostModel
-from harness.sim.startup import fit_report
 from harness.workloads import build_workload
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import jenga
-from harness.sim.engine import simulate
-from harness.sim.scheduler import SchedulerConfig
+from harness.backends.sim.engine import simulate
+from harness.backends.sim.scheduler import SchedulerConfig
 from harness.studies import common, micro
 from harness.workloads import build_workload
 from harness.workloads.request import Request

@@ -19,7 +19,7 @@ from harness.models import (
     load_profile,
     token_drop_keep_ratios,
 )
-from harness.pages import geometry, split_mamba_ratio
+from harness.tools.pages import geometry, split_mamba_ratio
 from jenga.spec import MambaSpec, page_geometry
 
 ZOO = options("model")

@@ -1,4 +1,4 @@
-"""`python -m harness.pages` and `python -m harness.waste`: geometry and analytic waste, exact values."""
+"""`python -m harness.tools.pages` and `python -m harness.tools.waste`: geometry and analytic waste, exact values."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import pages, waste
 from harness.config import compose_cell
 from harness.models import load_profile
+from harness.tools import pages, waste
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def test_pages_jamba_reports_both_layouts(capsys):
 
 
 def test_pages_zoo_table_via_module():
-    res = subprocess.run([sys.executable, "-m", "harness.pages"], capture_output=True, text=True, cwd=REPO,
+    res = subprocess.run([sys.executable, "-m", "harness.tools.pages"], capture_output=True, text=True, cwd=REPO,
                          timeout=120, check=False)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()

@@ -58,7 +58,7 @@ def test_failure_record_never_overwrites_a_finished_one(tmp_path, fakes, monkeyp
     def boom(*a, **k):
         raise RuntimeError("simulated crash")
 
-    import harness.sim.engine as eng
+    import harness.backends.sim.engine as eng
     monkeypatch.setattr(eng, "run_cell", boom)
     fail = run.run_cell(_cfg(tmp_path, "force=true"))
     assert fail["status"] == "failed" and "simulated crash" in fail["error"]

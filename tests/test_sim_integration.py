@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.backends.sim import engine
 from harness.config import compose_cell
 from harness.models import load_profile
-from harness.sim import engine
 from harness.workloads import build_workload
 
 

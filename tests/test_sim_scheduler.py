@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_fakes import FakePagedManager, make_requests, tiny_engine, tiny_gpu, tiny_profile
 
-from harness.sim.cost import CostModel
-from harness.sim.engine import scheduler_config, simulate
-from harness.sim.scheduler import SchedulerConfig
+from harness.backends.sim.cost import CostModel
+from harness.backends.sim.engine import scheduler_config, simulate
+from harness.backends.sim.scheduler import SchedulerConfig
 
 
 class UnitCost:
@@ -189,7 +189,7 @@ def test_full_prompt_probe_counts_every_sliding_window_page():
     # Jenga's v0 fork counts all prompt blocks of a sliding-window layer at admission ("prefill
     # phase allocates all blocks"), not just the window: the probe must see the whole prompt.
     import jenga
-    from harness.sim.scheduler import FullPromptProbe
+    from harness.backends.sim.scheduler import FullPromptProbe
     from jenga.spec import FullAttentionSpec, SlidingWindowSpec
     specs = [FullAttentionSpec("full", 1, 2), SlidingWindowSpec("sw", 3, 2, window=8)]
     mm = jenga.make_manager("jenga", specs, 1 << 20, tokens_per_page=4, enable_prefix_cache=False)

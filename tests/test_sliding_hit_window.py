@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from conftest import req
 
+from harness.backends.sim.engine import system_options
 from harness.config import compose_cell
-from harness.sim.engine import system_options
 from jenga import FullAttentionSpec, SlidingWindowSpec, SpecError, make_manager
 from jenga.policies import SlidingPolicy
 from jenga.testing import check_invariants

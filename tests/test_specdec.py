@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jenga
-from harness.sim.scheduler import SchedulerConfig
-from harness.sim.specdec import SpecScheduler, accepted_tokens, make_pair_manager, spec_step_cost
+from harness.backends.sim.scheduler import SchedulerConfig
+from harness.backends.sim.specdec import SpecScheduler, accepted_tokens, make_pair_manager, spec_step_cost
 from harness.studies.common import run_loop
 from harness.workloads.request import Request
 from jenga.baselines.per_model_split import PerModelSplit, pair_specs

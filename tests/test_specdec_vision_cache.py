@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.sim.scheduler import Scheduled, SeqState
-from harness.sim.vision_cache import encoder_tokens, make_vision_manager
+from harness.backends.sim.scheduler import Scheduled, SeqState
+from harness.backends.sim.vision_cache import encoder_tokens, make_vision_manager
 from harness.workloads.request import Request
 from jenga.interface import ImageSpan
 from jenga.spec import FullAttentionSpec, VisionEmbeddingSpec

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
+from harness.backends.vllm.plan import VllmUnavailable, gpu_available, have_vllm
+from harness.backends.vllm.tiny import tiny_profile
 from harness.config import compose_cell
-from harness.vllm_plan import VllmUnavailable, gpu_available, have_vllm
-from harness.vllm_tiny import tiny_profile
 from harness.workloads.request import Request
 
 SKIP = pytest.mark.skipif(not have_vllm(), reason="vLLM tests not run: vLLM is not installed in this venv; "
@@ -37,7 +37,7 @@ def workload() -> list[Request]:
 
 @pytest.fixture(scope="module")
 def arms():
-    from harness import vllm_backend
+    from harness.backends.vllm import engine as vllm_backend
     reqs = workload()
     return {s: vllm_backend.run_cell(cell(s), tiny_profile(), reqs) for s in ("vllm", "hybrid_groups", "jenga")}
 
@@ -90,7 +90,7 @@ def test_both_arms_do_identical_work_and_report_step_stats(arms):
 @pytest.mark.vllm
 @SKIP
 def test_unknown_engine_argument_fails_with_the_name():
-    from harness import vllm_backend
+    from harness.backends.vllm import engine as vllm_backend
     with pytest.raises(RuntimeError, match="unknown vLLM engine argument.*no_such_flag"):
         vllm_backend.run_cell(cell("vllm", "+backend.options.engine_args.no_such_flag=1"), tiny_profile(),
                               workload()[:1])
@@ -100,7 +100,7 @@ def test_unknown_engine_argument_fails_with_the_name():
 @SKIP
 @pytest.mark.skipif(gpu_available(), reason="checks the CPU-host refusal")
 def test_gpu_only_cell_on_a_cpu_host_names_the_backends_to_use():
-    from harness import vllm_backend
+    from harness.backends.vllm import engine as vllm_backend
     from harness.models import load_profile
     cfg = compose_cell(["model=llama3_1_70b", "system=vllm", "backend=vllm", "gpu.count=4"])
     with pytest.raises(VllmUnavailable, match="needs a GPU.*backend=vllm_sched or backend=sim.*gpu-fig14"):
@@ -109,7 +109,7 @@ def test_gpu_only_cell_on_a_cpu_host_names_the_backends_to_use():
 
 @pytest.mark.skipif(have_vllm(), reason="checks the message of an environment without vLLM")
 def test_missing_vllm_install_says_what_to_install():
-    from harness import vllm_backend
+    from harness.backends.vllm import engine as vllm_backend
     with pytest.raises(VllmUnavailable, match="make setup-vllm"):
         vllm_backend.run_cell(cell("vllm", f"+backend.options.python={sys.executable}"), tiny_profile(),
                               workload()[:1])
@@ -117,7 +117,7 @@ def test_missing_vllm_install_says_what_to_install():
 
 @pytest.mark.skipif(have_vllm(), reason="checks the message of an environment without vLLM")
 def test_vllm_sched_without_vllm_says_what_to_install():
-    from harness import vllm_sched
+    from harness.backends import vllm_sched
     cfg = compose_cell(["system=vllm", "backend=vllm_sched"])
     with pytest.raises(VllmUnavailable, match="make setup-vllm"):
         vllm_sched.run_cell(cfg, tiny_profile(), workload()[:1])

@@ -1,15 +1,15 @@
 """Today's vLLM as its own system (``vllm_current``, jenga/baselines/current.py): reachable-only
 sliding-window caching (D3), shared-prefix junction pinning (D2), the full-prompt admission gate
-(D1, harness/sim/scheduler.py) and its sizing, plus the live-copy ownership of a cached key."""
+(D1, harness/backends/sim/scheduler.py) and its sizing, plus the live-copy ownership of a cached key."""
 
 from __future__ import annotations
 
 from conftest import req
 from sim_fakes import make_requests
 
-from harness.crosscheck import worst_gap
-from harness.sim.engine import simulate
-from harness.sim.scheduler import SchedulerConfig
+from harness.backends.sim.engine import simulate
+from harness.backends.sim.scheduler import SchedulerConfig
+from harness.tools.crosscheck import worst_gap
 from jenga import FullAttentionSpec, SlidingWindowSpec, make_manager
 from jenga.baselines.current import full_sequence_demand
 from jenga.testing import check_invariants

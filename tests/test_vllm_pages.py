@@ -15,9 +15,9 @@ import math
 
 import pytest
 
+from harness.backends.vllm.plan import have_vllm
 from harness.config import compose_cell, options
 from harness.models import load_profile
-from harness.vllm_plan import have_vllm
 
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(not have_vllm(), reason="vLLM tests not run: vLLM is not installed in this "
@@ -28,7 +28,7 @@ BUDGET = 16 << 30
 
 @pytest.fixture(scope="module")
 def rows():
-    from harness.vllm_pages import compare
+    from harness.tools.vllm_pages import compare
     cache: dict = {}
     out = {}
     for name in options("model"):

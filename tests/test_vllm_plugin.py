@@ -3,7 +3,7 @@
 - planning and refusals, on vLLM's own spec classes (fast);
 - scheduler-level stress through ``backend=vllm_sched`` at tight budgets with the pool's invariants
   checked after every step (``backend.options.check_invariants``);
-- the real engine, bit for bit: ``python -m harness.vllm_plugin_check`` in a fresh process (random
+- the real engine, bit for bit: ``python -m harness.tools.vllm_plugin_check`` in a fresh process (random
   weights in safetensors; the plugin vs stock vLLM with the hybrid manager on and off; a broken
   layout that must change outputs; large pages moving between types; prefix hits through the plugin).
 """
@@ -18,9 +18,9 @@ import sys
 import numpy as np
 import pytest
 
+from harness.backends.vllm.plan import have_vllm
+from harness.backends.vllm.tiny import tiny_profile
 from harness.config import compose_cell
-from harness.vllm_plan import have_vllm
-from harness.vllm_tiny import tiny_profile
 from harness.workloads.request import Request
 
 pytestmark = [pytest.mark.vllm,
@@ -41,7 +41,7 @@ def _spec_dict(n_sliding: int, n_full: int, block: int = 16, dtype=None):
 
 
 def _vllm_config(tmp_path):
-    from harness.vllm_plan import EngineKnobs, make_vllm_config, write_proxy_model_dir
+    from harness.backends.vllm.plan import EngineKnobs, make_vllm_config, write_proxy_model_dir
     prof = tiny_profile()
     return make_vllm_config(prof, EngineKnobs(hybrid=True, enable_prefix_caching=True, max_model_len=512),
                             write_proxy_model_dir(prof, 512, tmp_path))
@@ -132,7 +132,7 @@ def _stress_workload(seed: int = 0) -> list[Request]:
 
 @pytest.mark.parametrize("kv_bytes,retention", [(1_300_000, "dense"), (2_600_000, "0")])
 def test_stress_tight_budgets_keep_jenga_invariants_every_step(kv_bytes, retention):
-    from harness import vllm_sched
+    from harness.backends import vllm_sched
     prof = tiny_profile(num_layers=5)  # 3 sliding + 2 full: ratios 2 and 3 per large page
     cell = _stress_cell("jenga", kv_bytes, "+backend.options.check_invariants=true",
                         f"+backend.options.prefix_cache_retention_interval={retention}")
@@ -152,7 +152,7 @@ def test_stress_tight_budgets_keep_jenga_invariants_every_step(kv_bytes, retenti
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("kv_bytes", [1_300_000, 1_700_000])
 def test_stress_random_workloads_keep_invariants(seed, kv_bytes):
-    from harness import vllm_sched
+    from harness.backends import vllm_sched
     cell = _stress_cell("jenga", kv_bytes, "+backend.options.check_invariants=true",
                         "+backend.options.prefix_cache_retention_interval=dense")
     r = vllm_sched.run_cell(cell, tiny_profile(num_layers=5), _stress_workload(seed))
@@ -163,7 +163,7 @@ def test_stress_random_workloads_keep_invariants(seed, kv_bytes):
 def test_watermark_refusals_after_a_reservation_return_the_pages():
     # vLLM checks its watermark after asking how many blocks a step needs: a reservation made for a
     # step vLLM then refuses must go back to the pool (release_stale) with the invariants intact.
-    from harness import vllm_sched
+    from harness.backends import vllm_sched
     cell = _stress_cell("jenga", 1_700_000, "+backend.options.check_invariants=true",
                         "+backend.options.scheduler.watermark=0.2",
                         "+backend.options.prefix_cache_retention_interval=dense")
@@ -176,7 +176,7 @@ def test_watermark_refusals_after_a_reservation_return_the_pages():
 def test_one_layer_type_runs_under_the_unitary_coordinator():
     import dataclasses
 
-    from harness import vllm_sched
+    from harness.backends import vllm_sched
     from jenga.spec import FullAttentionSpec
     full = dataclasses.replace(tiny_profile(), name="tiny_full", architecture="LlamaForCausalLM",
                                layer_kinds=("full",) * 4, specs=(FullAttentionSpec("full", 4, 256),))
@@ -187,7 +187,7 @@ def test_one_layer_type_runs_under_the_unitary_coordinator():
 
 
 def test_vllm_sched_jenga_is_the_plugin_and_says_so():
-    from harness import vllm_sched
+    from harness.backends import vllm_sched
     r = vllm_sched.run_cell(_stress_cell("jenga", 2_400_000), tiny_profile(), _stress_workload()[:4])
     assert r.meta["requested_system"] == "jenga" and r.meta["allocator"].startswith("jenga_lcm")
     assert not r.meta["hybrid_kv_cache_manager"]
@@ -202,7 +202,7 @@ def plugin_check(tmp_path_factory):
     out = tmp_path_factory.mktemp("plugin_check") / "check.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env.pop("JENGA_VLLM", None)
-    proc = subprocess.run([sys.executable, "-m", "harness.vllm_plugin_check", "--json", str(out)], env=env,
+    proc = subprocess.run([sys.executable, "-m", "harness.tools.vllm_plugin_check", "--json", str(out)], env=env,
                           capture_output=True, text=True, timeout=1500, check=False)
     assert out.exists(), f"plugin-check crashed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     res = json.loads(out.read_text())

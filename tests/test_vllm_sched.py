@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from harness.backends.vllm.plan import have_vllm
+from harness.backends.vllm.tiny import tiny_profile
 from harness.config import compose_cell
-from harness.vllm_plan import have_vllm
-from harness.vllm_tiny import tiny_profile
 from harness.workloads.request import Request
 
 pytestmark = [pytest.mark.vllm,
@@ -35,7 +35,7 @@ def workload(n: int, prefix: int, suffix: int, out: int, gap: float = 0.0, seed:
 
 
 def run(system: str, reqs, *extra: str):
-    from harness import vllm_sched
+    from harness.backends import vllm_sched
     return vllm_sched.run_cell(cell(system, *extra), tiny_profile(), reqs)
 
 
@@ -118,7 +118,7 @@ def _tiny_mamba():
 
 
 def test_mamba_hybrid_runs_with_the_hybrid_manager_and_is_refused_without():
-    from harness import vllm_sched
+    from harness.backends import vllm_sched
     reqs = workload(8, 256, 256, 16)
     r = vllm_sched.run_cell(cell("hybrid_groups"), _tiny_mamba(), reqs)
     groups = r.meta["kv_cache"]["kv_cache_groups"]

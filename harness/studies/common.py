@@ -3,7 +3,7 @@
 Standard cells (the micro-experiments) go through :func:`harness.run.run_overrides`, so they are
 cached records like any figure cell. Studies that change what a step does (speculative decoding,
 vision-encoder re-runs, Marconi admission) run :func:`run_loop`, which is the sim engine's own
-discrete-event loop (``harness.sim.engine.run_loop``) with its two hooks -- the step cost and the
+discrete-event loop (``harness.backends.sim.engine.run_loop``) with its two hooks -- the step cost and the
 step completion. Their rows carry the same metric names and a provenance block.
 """
 
@@ -21,8 +21,8 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from harness import cli
+from harness.backends.sim import engine
 from harness.records import provenance
-from harness.sim import engine
 
 REPO_ROOT = cli.REPO_ROOT
 PROVENANCE_COLS = ("git_rev", "dirty", "time", "config_hash")

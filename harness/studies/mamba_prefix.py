@@ -33,10 +33,10 @@ COLORS = {"jenga_512": "#1f77b4", "jenga_1024": "#aec7e8", "marconi_lru": "#ffbb
 def run_cell(workload: dict, system: str, cell: dict, mode: str, extra: list[str], seed: int,
              flop_alpha: float) -> dict[str, Any]:
     import jenga
+    from harness.backends.sim.cost import CostModel
+    from harness.backends.sim.engine import scheduler_config
+    from harness.backends.sim.scheduler import Scheduler
     from harness.models import load_profile
-    from harness.sim.cost import CostModel
-    from harness.sim.engine import scheduler_config
-    from harness.sim.scheduler import Scheduler
     from harness.workloads import build_workload
     from jenga.baselines.marconi import prefix_flops
 

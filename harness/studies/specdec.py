@@ -4,7 +4,7 @@
 
 Per (target, draft) pair and system (``per_model_split`` = vLLM's per-model cache split,
 ``max_page``, ``jenga``): request throughput, TTFT/TPOT, mean decode batch and the measured
-acceptance, all simulated (``harness.sim.specdec``). Writes ``results/specdec/summary.csv`` and
+acceptance, all simulated (``harness.backends.sim.specdec``). Writes ``results/specdec/summary.csv`` and
 ``specdec.png`` (throughput normalised to the per-model split).
 """
 
@@ -28,10 +28,10 @@ COLORS = {"per_model_split": "#7f7f7f", "max_page": "#ff7f0e", "jenga": "#1f77b4
 def run_pair(pair: dict[str, Any], system: str, k: int, p: float, mode: str, extra: list[str],
              seed: int) -> dict[str, Any]:
     """One (pair, system) cell of the study: a row of metrics with provenance."""
+    from harness.backends.sim import specdec
+    from harness.backends.sim.cost import CostModel
+    from harness.backends.sim.engine import scheduler_config
     from harness.models import load_profile
-    from harness.sim import specdec
-    from harness.sim.cost import CostModel
-    from harness.sim.engine import scheduler_config
     from harness.workloads import build_workload
 
     keys = {"target": pair["target"], "draft": pair["draft"], "system": system, "seed": seed}

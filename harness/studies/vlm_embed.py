@@ -5,7 +5,7 @@
 Per VLM and system (``reencode``: no embedding storage, the encoder re-runs per chunk; ``keep``:
 embeddings held in the pool until the request ends; ``jenga``: freed as prefill consumes them):
 throughput with all requests at once, and TTFT/TPOT/e2e at the model's request rate. Simulated
-(``harness.sim.vision_cache``). Writes ``results/vlm_embed/summary.csv`` and ``vlm_embed.png``.
+(``harness.backends.sim.vision_cache``). Writes ``results/vlm_embed/summary.csv`` and ``vlm_embed.png``.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ COLORS = {"reencode": "#7f7f7f", "keep": "#ff7f0e", "jenga": "#1f77b4"}
 
 def run_cell(model: str, system: str, rate: float, cell: dict, mode: str, extra: list[str],
              seed: int) -> dict[str, Any]:
+    from harness.backends.sim import vision_cache
+    from harness.backends.sim.cost import CostModel
+    from harness.backends.sim.engine import scheduler_config
+    from harness.backends.sim.scheduler import Scheduler
     from harness.models import load_profile
-    from harness.sim import vision_cache
-    from harness.sim.cost import CostModel
-    from harness.sim.engine import scheduler_config
-    from harness.sim.scheduler import Scheduler
     from harness.workloads import build_workload
 
     keys = {"model": model, "system": system, "request_rate": rate, "seed": seed}

@@ -1,6 +1,6 @@
 """LCM blow-up table and churn report (issue 6 item 7).
 
-The table covers every model config of the zoo (``harness.pages.geometry``): per layer type its
+The table covers every model config of the zoo (``harness.tools.pages.geometry``): per layer type its
 small page, the model's LCM large page and the type's large/small ratio — the number of small
 pages a request of that type may strand in one large page. The churn part summarises, per model,
 request rate and system, the time-averaged large-page occupancy and the share of allocations that
@@ -28,7 +28,7 @@ def zoo_table(tokens_per_page: int = 16, models: list[str] | None = None) -> pd.
     ``models``)."""
     from harness.config import compose_cell, options
     from harness.models import load_profile
-    from harness.pages import geometry, split_mamba_ratio
+    from harness.tools.pages import geometry, split_mamba_ratio
 
     rows = []
     for name in models or options("model"):

@@ -2,7 +2,7 @@
 Jenga's speedup against the image share ``I / (T + I)`` of Llama-3.2-11B-Vision requests.
 
 The analytic waste of a cell is computed over its actual requests (seed 0's workload):
-``1 − Σ ideal / Σ uniform`` with :func:`harness.waste.analytic_waste` at each prompt, so the
+``1 − Σ ideal / Σ uniform`` with :func:`harness.tools.waste.analytic_waste` at each prompt, so the
 MMMU-pro tile mix and the chat mix (images on some requests only) are exact too. The dense curves
 are the same formula for fixed text lengths and image tokens 0 … 6404.
 """
@@ -33,7 +33,7 @@ def _profile(overrides: list[str]):
 
 def workload_waste(overrides: list[str]) -> float:
     """Analytic uniform-paging waste over one cell's requests (at their prompts)."""
-    from harness.waste import analytic_waste
+    from harness.tools.waste import analytic_waste
     from harness.workloads import build_workload
 
     cfg, prof = _profile(overrides)
@@ -47,7 +47,7 @@ def workload_waste(overrides: list[str]) -> float:
 
 def analytic_curve(model_overrides: list[str], text: int, images: np.ndarray) -> np.ndarray:
     """Analytic waste for ``text`` text tokens and each image-token count in ``images``."""
-    from harness.waste import analytic_waste
+    from harness.tools.waste import analytic_waste
 
     _, prof = _profile(model_overrides)
     return np.array([analytic_waste(prof, text, int(i)).waste_fraction for i in images])

@@ -3,7 +3,7 @@
 The same loop vLLM's own CPU tests use: ``schedule()`` → a fake ``ModelRunnerOutput`` (one token
 per request whose prefill completes this step) → ``update_from_output()``. vLLM decides admission,
 chunking, preemption, prefix hits, eviction and block placement (hybrid KV cache manager on or
-off); only time is ours: each step lasts :class:`harness.sim.cost.CostModel`'s ``step_time``, so
+off); only time is ours: each step lasts :class:`harness.backends.sim.cost.CostModel`'s ``step_time``, so
 throughput is simulated exactly as ``backend=sim``'s and the two differ only by scheduler and
 allocator. ``prefix_cache_retention_interval`` is pinned per cell (``backend.options``; default 0,
 what ``vllm serve`` uses) because it changes sliding-window hit rates a lot.
@@ -23,16 +23,17 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.sim.cost import CostModel, profile_tokens
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
-from harness.sim.cost import CostModel, _get, profile_tokens
 from harness.workloads.request import Request
 from jenga.registry import check_system_names
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 
 # system (a jenga registry name) -> hybrid KV cache manager on?
 SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True}
-check_system_names(SYSTEM_HYBRID, "harness.vllm_sched.SYSTEM_HYBRID")
+check_system_names(SYSTEM_HYBRID, "harness.backends.vllm_sched.SYSTEM_HYBRID")
 BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler", "check_invariants"}
 JENGA_ALLOCATOR = "jenga_lcm (jenga_vllm plugin: jenga/ LCM pool under vLLM's per-type managers)"
 
@@ -49,7 +50,7 @@ def scheduler_options(cfg, options: dict) -> dict:
     """vLLM SchedulerConfig fields: ``backend.options.scheduler`` plus ``engine.full_prompt_admission``
     (when set) as ``scheduler_reserve_full_isl``, the same gate ``backend=sim`` models."""
     extra = dict(options.get("scheduler") or {})
-    fpa = _get(cfg.engine, "full_prompt_admission", None)
+    fpa = EngineSettings.of(cfg.engine).full_prompt_admission
     if fpa is not None:
         if extra.get("scheduler_reserve_full_isl", bool(fpa)) != bool(fpa):
             raise ValueError("engine.full_prompt_admission and backend.options.scheduler."
@@ -72,15 +73,14 @@ def check_options(options: dict, allowed: set[str], backend: str) -> None:
 
 def engine_knobs(cfg, profile: ModelProfile, hybrid: bool, retention, scheduler_extra: dict | None = None):
     """The cell's engine settings in vLLM terms (the same token budget rule as ``backend=sim``)."""
-    from harness.vllm_plan import EngineKnobs
-    engine = cfg.engine
-    max_len = int(_get(engine, "max_model_len") or profile.max_model_len)
-    chunked = bool(_get(engine, "enable_chunked_prefill", False)) or str(_get(engine, "engine_version", "v0")) == "v1"
-    return EngineKnobs(hybrid=hybrid, block_size=int(_get(engine, "tokens_per_page", 16)),
-                       max_num_seqs=int(_get(engine, "max_num_seqs", 256)),
+    from harness.backends.vllm.plan import EngineKnobs
+    engine = EngineSettings.of(cfg.engine)
+    max_len = engine.model_len(profile)
+    return EngineKnobs(hybrid=hybrid, block_size=int(engine.tokens_per_page),
+                       max_num_seqs=int(engine.max_num_seqs),
                        max_num_batched_tokens=profile_tokens(engine, max_len), max_model_len=max_len,
-                       enable_chunked_prefill=chunked,
-                       enable_prefix_caching=bool(_get(engine, "enable_prefix_caching", False)),
+                       enable_chunked_prefill=engine.mixed_batches,
+                       enable_prefix_caching=bool(engine.enable_prefix_caching),
                        prefix_cache_retention_interval=retention, scheduler_extra=dict(scheduler_extra or {}))
 
 
@@ -139,7 +139,7 @@ def _needed_and_allocated(sched, bytes_per_block: list[int], group_types) -> tup
 
 def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     """Run one cell through vLLM's scheduler and KV cache manager (contract §4)."""
-    from harness.vllm_plan import (
+    from harness.backends.vllm.plan import (
         layer_name,
         layer_owners,
         make_vllm_config,
@@ -152,7 +152,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     system = str(cfg.system.name)
     hybrid = hybrid_for_system(system, "vllm_sched")
     jenga = system == "jenga"
-    options = dict(_get(cfg.backend, "options") or {})
+    options = dict(cfg.backend.options or {})
     check_options(options, BACKEND_OPTIONS, "vllm_sched")
     require_vllm()
     if profile.vision is not None and profile.vision.cross_attention:
@@ -172,7 +172,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     from vllm.v1.request import Request as VRequest
     from vllm.v1.structured_output import StructuredOutputManager
 
-    cost = CostModel(profile, cfg.gpu, cfg.engine)
+    cost = CostModel(profile, GpuSettings.of(cfg.gpu), EngineSettings.of(cfg.engine))
     kv_bytes = cost.kv_capacity_bytes()
     knobs = engine_knobs(cfg, profile, hybrid, retention, scheduler_options(cfg, options))
     # The proxy model directory must outlive the config (ModelConfig may read it again).
@@ -318,5 +318,5 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
                           "scheduler_reserve_full_isl": getattr(vc.scheduler_config, "scheduler_reserve_full_isl", None),
                           **knobs.scheduler_extra},
             "layer_types": [s.name for s in cap_specs], "driver_wall_s": driver_wall,
-            "step_time_model": "harness.sim.cost.CostModel"}
+            "step_time_model": "harness.backends.sim.cost.CostModel"}
     return RunResult(metrics=metrics, trace=trace, meta=meta)

@@ -13,7 +13,7 @@ pool from the same specs. Where the designs agree they must agree exactly:
 Jenga's LCM pool differs **by design** (one large page = LCM of the per-type small pages, split
 per type; vLLM makes every page the same size instead), so it is shown beside them, not compared.
 
-    python -m harness.vllm_pages [model ...] [--budget-gib 16] [--tokens-per-page 16]
+    python -m harness.tools.vllm_pages [model ...] [--budget-gib 16] [--tokens-per-page 16]
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def ours(profile: ModelProfile, budget: int, tpp: int, hybrid: bool) -> tuple[li
 
 def vllm_plan(profile: ModelProfile, budget: int, tpp: int, hybrid: bool, vc_cache: dict):
     """vLLM's plan (``PlannedKV``) for the profile; one VllmConfig per call is built from scratch."""
-    from harness.vllm_plan import (
+    from harness.backends.vllm.plan import (
         EngineKnobs,
         make_vllm_config,
         plan_kv_cache,
@@ -126,9 +126,9 @@ def markdown(rows: list[GeometryRow], budget: int, tpp: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.backends.vllm.plan import require_vllm
     from harness.config import compose_cell, options
     from harness.models import load_profile
-    from harness.vllm_plan import require_vllm
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help="conf/model names (default: all)")
     ap.add_argument("--budget-gib", type=float, default=16.0)

@@ -17,7 +17,7 @@ waves sharing a 256-token prefix (prefix hits), a repeat of two prompts, then lo
 new prompts that take over large pages the earlier waves left cached (large pages move between
 types through jenga's large-page LRU eviction).
 
-    python -m harness.vllm_plugin_check [--json PATH] [--models llama_swa gemma2]
+    python -m harness.tools.vllm_plugin_check [--json PATH] [--models llama_swa gemma2]
 
 prints ``plugin-check: N/N sequences identical to HMA on, N/N to HMA off; broken layout changed
 K/K; large pages moved between types: R`` and exits non-zero on any mismatch, on a broken layout
@@ -164,11 +164,11 @@ def compare(a: dict, b: dict) -> tuple[int, float, list[int]]:
 
 
 def check(models: list[str], kv_bytes: int = KV_BYTES) -> dict:
-    """Run every arm in this process (call it in a fresh one: ``python -m harness.vllm_plugin_check``)."""
+    """Run every arm in this process (call it in a fresh one: ``python -m harness.tools.vllm_plugin_check``)."""
     # vLLM loads its plugins once per process, at the first engine: the plugin arms run first with
     # JENGA_VLLM=1 so the entry point installs the hooks; the stock arms switch it off per engine
     # (every hook checks it when called).
-    from harness.vllm_plan import require_vllm
+    from harness.backends.vllm.plan import require_vllm
     os.environ["JENGA_VLLM"] = "1"
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # stdout keeps only the summary line

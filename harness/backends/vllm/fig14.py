@@ -10,7 +10,7 @@ vLLM 0.11; character.ai: cross-layer KV sharing; PyramidKV: token dropping; Llam
 attention config not written here). The generated experiment file and the summary go to
 ``results/fig14_vllm/`` (never over the simulator's reference outputs).
 
-    python -m harness.vllm_fig14 [--gpu h100] [--num-gpus N] [--dry-run] [extra overrides ...]
+    python -m harness.backends.vllm.fig14 [--gpu h100] [--num-gpus N] [--dry-run] [extra overrides ...]
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def visible_gpus() -> int:
 
 def servable(model: str) -> str | None:
     """None if vLLM can serve ``model`` from a written config.json, else the reason."""
+    from harness.backends.vllm.hf_config import HFConfigError, hf_config_dict
     from harness.config import compose_cell
-    from harness.hf_config import HFConfigError, hf_config_dict
     from harness.models import load_profile
     try:
         hf_config_dict(load_profile(compose_cell([f"model={model}"]).model))

@@ -1,6 +1,6 @@
 """Can a cell start, and can its pool hold every request? No simulation (issue 9 §2).
 
-vLLM's start-up decides two things before any request runs (see :mod:`harness.sim.cost`): the KV
+vLLM's start-up decides two things before any request runs (see :mod:`harness.backends.sim.cost`): the KV
 pool left after the profiling pass (``CostModel.kv_capacity_bytes``; none left is a start-up
 failure), and, once serving, whether each request can ever be admitted. The v0 forks admit a
 prefill only if its whole sequence fits above the 1 % watermark (``can_allocate`` ->
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.sim.cost import CostModel, _get
+from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.sim.cost import CostModel
 
 
 @dataclass(frozen=True)
@@ -37,26 +38,26 @@ class FitReport:
 
 def fit_report(cfg, profile, requests) -> FitReport:
     """Start-up and admission check of one composed cell (``cfg``) for its ``system``."""
-    from harness.sim.engine import V0_WATERMARK, make_manager
-    from harness.sim.scheduler import FullPromptProbe
+    from harness.backends.sim.engine import V0_WATERMARK, make_manager
+    from harness.backends.sim.scheduler import FullPromptProbe
 
     system = str(cfg.system.name)
+    engine = EngineSettings.of(cfg.engine)
     try:
-        capacity = CostModel(profile, cfg.gpu, cfg.engine).kv_capacity_bytes()
+        capacity = CostModel(profile, GpuSettings.of(cfg.gpu), engine).kv_capacity_bytes()
     except ValueError as exc:
         return FitReport(system, False, 0, len(requests), len(requests), str(exc))
-    engine = cfg.engine
-    if str(_get(engine, "engine_version", "v0")) == "v1":
+    if engine.engine_version == "v1":
         need = v1_one_request_bytes(profile, engine)
         if need > capacity:
             return FitReport(system, False, capacity, len(requests), len(requests),
                              f"V1 check_enough_kv_cache_memory: one max_model_len request needs "
                              f"{need / 2**30:.2f} GiB > {capacity / 2**30:.2f} GiB")
-    mm = make_manager(system, profile, capacity, engine, _get(cfg.system, "options") or {})
+    mm = make_manager(system, profile, capacity, engine, cfg.system.options or {})
     probe = FullPromptProbe(mm)
-    if str(_get(engine, "engine_version", "v0")) == "v1":
+    if engine.engine_version == "v1":
         # V1 admits chunk by chunk; the scheduler drops a request only when its first chunk does
-        # not fit an otherwise empty pool (harness/sim/scheduler.py ``_admit``).
+        # not fit an otherwise empty pool (harness/backends/sim/scheduler.py ``_admit``).
         budget = sched_budget(profile, engine)
         never = sum(1 for r in requests if probe.required_bytes(r, min(r.prompt_len, budget)) > capacity)
     else:
@@ -66,9 +67,10 @@ def fit_report(cfg, profile, requests) -> FitReport:
 
 
 def sched_budget(profile, engine) -> int:
-    from harness.sim.cost import profile_tokens
+    from harness.backends.sim.cost import profile_tokens
 
-    return profile_tokens(engine, int(_get(engine, "max_model_len") or profile.max_model_len))
+    engine = EngineSettings.of(engine)
+    return profile_tokens(engine, engine.model_len(profile))
 
 
 def v1_one_request_bytes(profile, engine) -> int:
@@ -78,8 +80,9 @@ def v1_one_request_bytes(profile, engine) -> int:
     max_model_len)`` tokens plus one block; chunked local ``min(chunk + ceil(budget / chunk),
     max_model_len)`` tokens; rounded up to 16-token blocks. The check runs on the hybrid spec
     before ``--disable-hybrid-allocator`` unifies it, so it is the same for every system."""
-    tpp = int(_get(engine, "tokens_per_page", 16))
-    max_len = int(_get(engine, "max_model_len") or profile.max_model_len)
+    engine = EngineSettings.of(engine)
+    tpp = int(engine.tokens_per_page)
+    max_len = engine.model_len(profile)
     budget = sched_budget(profile, engine)
     total = 0
     for s in profile.specs:

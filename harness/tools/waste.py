@@ -1,6 +1,6 @@
 """Analytic memory waste of uniform paging (vLLM v0.6.3 PagedAttention) against the ideal.
 
-    python -m harness.waste model=llama3_2_11b_vision text_tokens=43 image_tokens=6193 [context=N]
+    python -m harness.tools.waste model=llama3_2_11b_vision text_tokens=43 image_tokens=6193 [context=N]
 
 Uniform paging stores every token in every cache-storing layer: ``tokens × Σ bytes/token of all
 token-based types`` (the paper's (T+I)·(32+8)·E for Llama-3.2-Vision). The ideal stores, per layer

@@ -68,6 +68,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.backends.settings import EngineSettings, GpuSettings
 from harness.profile import ModelProfile
 from jenga.registry import uniform_block_table_systems
 
@@ -230,7 +231,7 @@ ALLREDUCE_LATENCY_S = 8e-6
 # Mamba recurrence FLOPs per (token, d_inner, d_state) element: dA = exp(dt*A), dB*x, h = dA*h +
 # dBx, y += C*h (mamba_ssm selective_scan: ~6 multiply/adds + one exp) — ASSUMED count, tiny anyway.
 MAMBA_SCAN_FLOPS_PER_ELEMENT = 7
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "conf" / "gpu" / "profiles"
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "conf" / "gpu" / "profiles"
 # Memory outside torch's allocator that vLLM's profiler adds (CUDA context, cuBLAS workspace); vLLM
 # logs typically report 0.1-0.3 GiB for one GPU ("non_torch_memory takes 0.16GiB").
 NON_TORCH_BYTES = GiB // 5
@@ -253,22 +254,14 @@ SAMPLER_BYTES_PER_LOGIT = 32
 FP8_QUANT_INPUT_BYTES = 1
 
 
-def _get(cfg, key: str, default=None):
-    """Read ``key`` from a DictConfig, dataclass or dict."""
-    if cfg is None:
-        return default
-    if isinstance(cfg, dict):
-        return cfg.get(key, default)
-    return getattr(cfg, key, default) if hasattr(cfg, key) else default
-
-
 def gpu_efficiency(gpu, profiles_dir: Path | None = None, tp: int = 1) -> dict:
     """``mfu_bf16``, ``mfu_fp8``, ``mbu`` and their ``source`` for one GPU: the measured table
     ``<profiles_dir>/<gpu name>.yaml`` written by ``scripts/profile_gpu.py`` when it exists (its
     ``by_tp[tp]`` entry when it has one: one GPU's shard of a TP group runs narrower GEMMs; its
     ``mfu_fp8`` may be absent where the device had no FP8 GEMM: then the bf16 value), else the GPU
     yaml's datasheet defaults ``mfu``/``mbu``."""
-    name = str(_get(gpu, "name", ""))
+    gpu = GpuSettings.of(gpu)
+    name = str(gpu.name or "")
     path = (profiles_dir or PROFILES_DIR) / f"{name}.yaml"
     if name and path.is_file():
         table = yaml.safe_load(path.read_text()) or {}
@@ -279,8 +272,8 @@ def gpu_efficiency(gpu, profiles_dir: Path | None = None, tp: int = 1) -> dict:
         fp8 = prof.get("mfu_fp8") or prof["mfu_bf16"]
         return {"mfu_bf16": float(prof["mfu_bf16"]), "mfu_fp8": float(fp8), "mbu": float(prof["mbu"]),
                 "source": f"profiled: {path.name} ({table.get('device', '?')}, TP {tp})"}
-    mfu = float(_get(gpu, "mfu", 0.5))
-    return {"mfu_bf16": mfu, "mfu_fp8": mfu, "mbu": float(_get(gpu, "mbu", 0.7)), "source": "datasheet defaults"}
+    mfu = float(gpu.mfu)
+    return {"mfu_bf16": mfu, "mfu_fp8": mfu, "mbu": float(gpu.mbu), "source": "datasheet defaults"}
 
 
 def allreduce_time(msg_bytes: float, tp: int, link_bytes_per_s: float, latency_s: float) -> float:
@@ -310,10 +303,10 @@ def profile_tokens(engine, max_model_len: int) -> int:
     8192 (the OpenAI-server default of the April-2025 v1 engine). An explicit
     ``max_num_batched_tokens`` wins where vLLM lets it.
     """
-    explicit = _get(engine, "max_num_batched_tokens")
-    version = _get(engine, "engine_version", "v0")
-    chunked = bool(_get(engine, "enable_chunked_prefill", False)) or version == "v1"
-    if not chunked:
+    engine = EngineSettings.of(engine)
+    explicit = engine.max_num_batched_tokens
+    version = engine.engine_version
+    if not engine.mixed_batches:
         return max(int(explicit or 0), int(max_model_len), 2048)
     if explicit:
         return int(explicit)
@@ -360,10 +353,10 @@ class CostModel:
     def __init__(self, profile: ModelProfile, gpu, engine, block_manager: str = "uniform",
                  profiles_dir: Path | None = None) -> None:
         self.profile = profile
-        self.gpu = gpu
-        self.engine = engine
-        self.tp = int(_get(gpu, "count", 1) or 1)
-        version = str(_get(engine, "engine_version", "v0"))
+        self.gpu = gpu = GpuSettings.of(gpu)
+        self.engine = engine = EngineSettings.of(engine)
+        self.tp = gpu.tp
+        version = str(engine.engine_version)
         if version not in ENGINE_OVERHEAD:
             raise ValueError(f"engine.engine_version must be one of {sorted(ENGINE_OVERHEAD)}, got {version!r}")
         if block_manager not in ("uniform", "per_layer"):
@@ -371,23 +364,23 @@ class CostModel:
         self.overhead = ENGINE_OVERHEAD[version]
         self.prep = INPUT_PREP[version]
         self.block_manager = block_manager
-        self.block_size = int(_get(engine, "tokens_per_page", 16) or 16)
-        self.eager = bool(_get(engine, "enforce_eager", False))
+        self.block_size = int(engine.tokens_per_page)
+        self.eager = bool(engine.enforce_eager)
         self.output_proc = OUTPUT_PROC[version]
         # v0's use_async_output_proc (ModelConfig.verify_async_output_proc): on by default, off
         # under enforce_eager or --disable-async-output-proc. v1 has no such switch (OutputProc).
         self.async_output = version == "v0" and not self.eager and \
-            not bool(_get(engine, "disable_async_output_proc", False))
+            not bool(engine.disable_async_output_proc)
         fp8 = profile.weight_dtype_bytes <= 1
         self.efficiency = gpu_efficiency(gpu, profiles_dir, self.tp)
-        peak = float(_get(gpu, "peak_fp8_flops" if fp8 else "peak_bf16_flops"))
+        peak = float(gpu.peak_fp8_flops if fp8 else gpu.peak_bf16_flops)
         self.flops_per_s = peak * self.efficiency["mfu_fp8" if fp8 else "mfu_bf16"] * self.tp
-        self.bytes_per_s = float(_get(gpu, "hbm_bytes_per_s")) * self.efficiency["mbu"] * self.tp
+        self.bytes_per_s = float(gpu.hbm_bytes_per_s) * self.efficiency["mbu"] * self.tp
         # Per-direction link bandwidth for the ring all-reduce; GPU yamls without it fall back to
         # half the datasheet's bidirectional interconnect figure.
-        self.link_bytes_per_s = float(_get(gpu, "allreduce_bytes_per_s", 0) or 0) or \
-            float(_get(gpu, "interconnect_bytes_per_s", 0) or 0) / 2
-        self.allreduce_latency_s = float(_get(gpu, "allreduce_latency_s", 0) or 0) or ALLREDUCE_LATENCY_S
+        self.link_bytes_per_s = float(gpu.allreduce_bytes_per_s or 0) or \
+            float(gpu.interconnect_bytes_per_s or 0) / 2
+        self.allreduce_latency_s = float(gpu.allreduce_latency_s or 0) or ALLREDUCE_LATENCY_S
         self.attn_flops_per_pair = 4 * profile.num_heads * profile.head_dim
         # Linear-layer FLOPs per token: the matmul parameters (the embedding lookup is free).
         self.matmul_params = float(profile.extra.get("matmul_params_per_token", profile.active_params))
@@ -559,8 +552,8 @@ class CostModel:
     def activation_peak_bytes(self) -> int:
         """Per-GPU activation peak of vLLM's start-up profiling pass (see module docstring)."""
         p = self.profile
-        max_len = int(_get(self.engine, "max_model_len") or p.max_model_len)
-        seqs = int(_get(self.engine, "max_num_seqs", 256))
+        max_len = self.engine.model_len(p)
+        seqs = int(self.engine.max_num_seqs)
         tokens = profile_tokens(self.engine, max_len)
         inter = p.intermediate_size * (max(1, p.experts_per_token) if self._moe else 1)
         layer = tokens * (3 * inter / self.tp + 4 * p.hidden_size) * ACT_BYTES
@@ -571,23 +564,23 @@ class CostModel:
             per_image = p.vision.max_tiles * p.vision.tokens_per_tile
             vision = seqs * per_image * p.vision.embedding_bytes_per_token * VISION_ACT_FACTOR / self.tp
         rows = min(seqs, tokens)
-        if str(_get(self.engine, "engine_version", "v0")) == "v0":
+        if self.engine.engine_version == "v0":
             # After the forward, on rank 0, with the dummy top-k/top-p sort (module docstring).
             return int(max(layer + vision, rows * p.vocab_size * SAMPLER_BYTES_PER_LOGIT))
         return int(layer + vision + rows * p.vocab_size * 4 / self.tp)
 
     def kv_capacity_bytes(self) -> int:
         """KV bytes for the whole TP group; ``engine.kv_cache_bytes`` overrides the estimate."""
-        explicit = _get(self.engine, "kv_cache_bytes")
+        explicit = self.engine.kv_cache_bytes
         if explicit:
             return int(explicit)
-        util = float(_get(self.engine, "gpu_memory_utilization", 0.9))
+        util = float(self.engine.gpu_memory_utilization)
         per_gpu_extra = NON_TORCH_BYTES + (NCCL_BYTES if self.tp > 1 else 0)
-        total = float(_get(self.gpu, "memory_bytes")) * util * self.tp
+        total = float(self.gpu.memory_bytes) * util * self.tp
         kv = total - self.weight_bytes - self.tp * (self.activation_peak_bytes() + per_gpu_extra)
         if kv <= 0:
             raise ValueError(
-                f"no KV cache memory left for {self.profile.name} on {self.tp}x{_get(self.gpu, 'name')}: "
+                f"no KV cache memory left for {self.profile.name} on {self.tp}x{self.gpu.name}: "
                 f"weights {self.weight_bytes / GiB:.1f} GiB + activation peak "
                 f"{self.tp * self.activation_peak_bytes() / GiB:.1f} GiB exceed "
                 f"memory x gpu_memory_utilization ({total / GiB:.1f} GiB)")

@@ -1,7 +1,7 @@
 """Page geometry of one model or the whole zoo (the paper's §4.4 compatibility table).
 
-    python -m harness.pages model=jamba_1_5_mini [tokens_per_page=16]
-    python -m harness.pages                 # or model=all: one row per model of the zoo
+    python -m harness.tools.pages model=jamba_1_5_mini [tokens_per_page=16]
+    python -m harness.tools.pages                 # or model=all: one row per model of the zoo
 
 Per layer type: layers (storing / computing), bytes per token, small-page bytes; the LCM large page
 and each type's large/small ratio; and the MAX-page alternative: the tokens per page a token-based

@@ -11,11 +11,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.sim.cost import CostModel, block_manager_of, profile_tokens
+from harness.backends.sim.scheduler import Scheduler, SchedulerConfig
 from harness.config import ENGINE_VERSIONS
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
-from harness.sim.cost import CostModel, _get, block_manager_of, profile_tokens
-from harness.sim.scheduler import Scheduler, SchedulerConfig
 from harness.workloads.request import Request
 from jenga.spec import page_geometry
 
@@ -28,18 +29,15 @@ def scheduler_config(engine, profile: ModelProfile, system: str | None = None) -
     """The cell's scheduling policy from its engine settings (see ``cost.profile_tokens``).
     ``engine.full_prompt_admission`` unset: on for ``system=vllm_current`` (today's vLLM), off
     otherwise (the engines the artifact ran)."""
-    version = str(_get(engine, "engine_version", "v0"))
-    chunked = bool(_get(engine, "enable_chunked_prefill", False))
-    max_len = int(_get(engine, "max_model_len") or profile.max_model_len)
-    # vLLM v1 always schedules mixed batches; its chunked prefill is on unless disabled, and the
-    # artifact's v1 cells keep the default.
-    mixed = version == "v1" or chunked
-    full_isl = _get(engine, "full_prompt_admission", None)
+    engine = EngineSettings.of(engine)
+    version = engine.engine_version
+    mixed = engine.mixed_batches
+    full_isl = engine.full_prompt_admission
     return SchedulerConfig(
-        max_num_seqs=int(_get(engine, "max_num_seqs", 256)),
-        token_budget=profile_tokens(engine, max_len),
+        max_num_seqs=int(engine.max_num_seqs),
+        token_budget=profile_tokens(engine, engine.model_len(profile)),
         mixed=mixed, chunked_prefill=mixed,
-        enable_prefix_caching=bool(_get(engine, "enable_prefix_caching", False)),
+        enable_prefix_caching=bool(engine.enable_prefix_caching),
         # Both v0 forks (upstream BlockSpaceManagerV2, Jenga's PerlayerBlockSpaceManager) admit a
         # prefill only if its whole sequence fits above the 1 % watermark (scheduler docstring).
         v0_can_allocate=version == "v0",
@@ -50,22 +48,23 @@ def scheduler_config(engine, profile: ModelProfile, system: str | None = None) -
 def make_manager(system: str, profile: ModelProfile, capacity: int, engine, options: dict | None):
     import jenga
 
+    engine = EngineSettings.of(engine)
     return jenga.make_manager(system, list(profile.specs), capacity,
-                              tokens_per_page=int(_get(engine, "tokens_per_page", 16)),
-                              enable_prefix_cache=bool(_get(engine, "enable_prefix_caching", False)),
+                              tokens_per_page=int(engine.tokens_per_page),
+                              enable_prefix_cache=bool(engine.enable_prefix_caching),
                               **dict(options or {}))
 
 
 def system_options(system, engine) -> dict:
     """``system.options`` with ``system.options_by_engine[engine.engine_version]`` merged over them:
     the artifact ran the same system flag in two forks (v0 and v1) whose managers differ."""
-    version = str(_get(engine, "engine_version", "v0"))
-    by_engine = dict(_get(system, "options_by_engine", None) or {})
+    version = EngineSettings.of(engine).engine_version
+    by_engine = dict(system.options_by_engine or {})
     unknown = sorted(set(by_engine) - set(ENGINE_VERSIONS))
     if unknown:
         raise ValueError(f"system.options_by_engine: unknown engine version(s) {unknown}; "
                          f"valid: {list(ENGINE_VERSIONS)}")
-    return {**dict(_get(system, "options", None) or {}), **dict(by_engine.get(version) or {})}
+    return {**dict(system.options or {}), **dict(by_engine.get(version) or {})}
 
 
 StepCost = Callable[[list], float]
@@ -176,9 +175,10 @@ def loop_metrics(sched: Scheduler, trace: list[dict], agg: dict, capacity: int) 
 
 def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     """Simulate one cell (contract §4)."""
-    engine, gpu = cfg.engine, cfg.gpu
+    # Resolved once here and handed to the cost model, the manager and the scheduler.
+    engine, gpu = EngineSettings.of(cfg.engine), GpuSettings.of(cfg.gpu)
     system = str(cfg.system.name)
-    if int(_get(engine, "num_speculative_tokens", 0) or 0) > 0:
+    if int(engine.num_speculative_tokens or 0) > 0:
         # Speculative decoding needs a draft model in the pool and a verify step; only the
         # specdec study builds those. Refuse rather than silently simulating plain decoding.
         raise ValueError("engine.num_speculative_tokens > 0 is simulated only by `make specdec` "
@@ -192,7 +192,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     cross = profile.vision is not None and profile.vision.cross_attention
     sched, trace, agg = simulate(mm, cost, sched_cfg, requests, cross_attention=cross)
     final = mm.usage()
-    geom = page_geometry(list(profile.specs), int(_get(engine, "tokens_per_page", 16)))
+    geom = page_geometry(list(profile.specs), int(engine.tokens_per_page))
     metrics = loop_metrics(sched, trace, agg, capacity)
     metrics.update({"kv_capacity_pages": capacity // geom.large_page_bytes,
                     "path_counts": dict(final.path_counts)})

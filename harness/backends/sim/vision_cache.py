@@ -21,7 +21,7 @@ from jenga.registry import check_system_names, make_manager
 # The VLM-embedding study's systems -> registry names (``keep_embeddings``:
 # jenga/baselines/keep_embeddings.py; ``reencode`` runs PagedAttention's pool, ``vllm``).
 SYSTEMS = {"reencode": "vllm", "keep": "keep_embeddings", "jenga": "jenga"}
-check_system_names(SYSTEMS.values(), "harness.sim.vision_cache.SYSTEMS")
+check_system_names(SYSTEMS.values(), "harness.backends.sim.vision_cache.SYSTEMS")
 
 
 def make_vision_manager(system: str, specs, capacity: int, tokens_per_page: int = 16):

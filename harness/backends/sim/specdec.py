@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.sim.scheduler import Scheduled, Scheduler, _token_id
+from harness.backends.sim.scheduler import Scheduled, Scheduler, _token_id
 from jenga.baselines.per_model_split import PerModelSplit, pair_specs
 from jenga.registry import check_system_names, make_manager
 from jenga.spec import LayerTypeSpec, SpecError
 
 # The spec-decode study's systems, all registry names (per_model_split: jenga/baselines/per_model_split.py).
 SYSTEMS = ("per_model_split", "max_page", "jenga")
-check_system_names(SYSTEMS, "harness.sim.specdec.SYSTEMS")
+check_system_names(SYSTEMS, "harness.backends.sim.specdec.SYSTEMS")
 
 
 def make_pair_manager(system: str, specs: list[LayerTypeSpec], capacity: int, tokens_per_page: int = 16):

@@ -1,6 +1,6 @@
 """The child process of ``backend=vllm``: one real vLLM engine, one cell, then exit.
 
-``python -m harness.vllm_worker WORKDIR`` (run with the interpreter of the vLLM venv) reads
+``python -m harness.backends.vllm.worker WORKDIR`` (run with the interpreter of the vLLM venv) reads
 ``WORKDIR/spec.json`` (engine arguments) and ``WORKDIR/requests.json`` (exact prompt token ids,
 output lengths, arrival times), drives ``LLMEngine`` step by step, and writes
 ``WORKDIR/result.json``: per-request wall timestamps, one row per engine step from a stat logger
@@ -26,7 +26,7 @@ from pathlib import Path
 
 def _resolved(engine) -> dict:
     """What vLLM decided at start-up, read from the live engine core."""
-    from harness.vllm_plan import describe_kv_cache_config
+    from harness.backends.vllm.plan import describe_kv_cache_config
     vc = engine.vllm_config
     out: dict = {
         "num_gpu_blocks": vc.cache_config.num_gpu_blocks,
@@ -79,7 +79,7 @@ def run(workdir: Path) -> dict:
     from vllm.v1.engine.llm_engine import LLMEngine
     from vllm.v1.metrics.loggers import StatLoggerBase
 
-    from harness.vllm_plan import vllm_versions
+    from harness.backends.vllm.plan import vllm_versions
 
     allowed = {f.name for f in dataclasses.fields(EngineArgs)}
     unknown = sorted(set(spec["engine_args"]) - allowed)
