@@ -16,6 +16,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from harness import backends as _backends
 from harness.backends import BACKEND_NAMES
 from jenga.registry import SYSTEM_NAMES
 
@@ -257,7 +258,7 @@ def options(group: str, conf_dir: Path | None = None) -> list[str]:
 
 def _check_values(cfg: DictConfig, choices: dict[str, str]) -> None:
     """Enumerated values that a dataclass cannot express as types."""
-    checks = [("system", "name", SYSTEMS), ("backend", "name", BACKENDS), ("dataset", "source", SOURCES),
+    checks = [("system", "name", SYSTEMS), ("backend", "name", tuple(_backends.REGISTRY)), ("dataset", "source", SOURCES),
               ("engine", "engine_version", ENGINE_VERSIONS)]
     for group, key, allowed in checks:
         value = cfg[group][key]

@@ -1,8 +1,8 @@
 """The one list of systems: name -> manager factory and the metadata every part reads, and
 ``make_manager`` (docs/CONTRACTS.md §1).
 
-``harness.config`` (valid ``system=`` values), ``harness.sim.cost`` (which systems ran on the
-artifact's uniform block manager), ``harness.vllm_sched`` (hybrid manager on/off, keyed by these
+``harness.config`` (valid ``system=`` values), ``harness.backends.sim.cost`` (which systems ran on the
+artifact's uniform block manager), ``harness.backends.vllm_sched`` (hybrid manager on/off, keyed by these
 names) and the study drivers (spec decode, VLM embeddings, Mamba prefix) all derive their lists
 from :data:`REGISTRY`.
 """

@@ -21,7 +21,7 @@ grouping and page sizes but changes what a sliding-window group puts in the pref
   artifact (stale timestamp) that :class:`HybridGroups` follows.
 
 The full-prompt admission gate (D1, ``scheduler_reserve_full_isl``) is the scheduler's
-(``harness/sim/scheduler.py``, ``SchedulerConfig.full_prompt_admission``) and
+(``harness/backends/sim/scheduler.py``, ``SchedulerConfig.full_prompt_admission``) and
 :func:`full_sequence_demand` below sizes it.
 """
 

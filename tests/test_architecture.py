@@ -1,0 +1,21 @@
+"""docs/ARCHITECTURE.md's worked examples ("where to add a system, a model, a dataset, a backend, a
+study") are run here, so the document cannot drift from the code."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+EXAMPLES = dict(re.findall(r"<!-- example: (\w+) -->\n```python\n(.*?)```", DOC, flags=re.S))
+
+
+def test_every_kind_of_addition_has_an_example():
+    assert set(EXAMPLES) >= {"system", "model", "dataset", "backend", "study"}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_runs(name, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    exec(compile(EXAMPLES[name], f"ARCHITECTURE.md:{name}", "exec"), {"__name__": f"example_{name}"})
