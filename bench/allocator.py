@@ -48,43 +48,72 @@ def op_stream(seed: int, n_requests: int, images: bool):
         yield Req(f"r{i}", rng.integers(0, 32000, plen, dtype=np.int32), ims, [], int(rng.integers(16, 512)))
 
 
+class DecodeTimes(dict):
+    """Seconds spent in each allocator call kind (``admit``, ``decode``, ``free``) and their counts."""
+
+
+def decode_loop(stream, steps: int, batch: int, *, admit, decode, free, prepare=None, begin=None, grow=None,
+                after_step=None) -> DecodeTimes:
+    """The one request stream every allocator in the benches is driven with, at the same level:
+    keep ``batch`` requests running (``admit(r)`` -> a handle, or falsy when it did not fit), then
+    give each one decode token (``decode(h)``) until its ``out_len``, then ``free(h)``. Only those
+    three calls are timed; ``prepare(r)`` (what ``admit`` gets instead of ``r``, e.g. vLLM's
+    ``Request``), ``begin(r, h)`` (after an admit) and ``grow(h)`` (before a decode) are the untimed
+    bookkeeping a scheduler would do (e.g. vLLM's ``num_computed_tokens``)."""
+    perf = time.perf_counter
+    t = DecodeTimes(admit=0.0, decode=0.0, free=0.0, n_admit=0, n_decode=0)
+    running: list = []
+    for _ in range(steps):
+        while len(running) < batch:
+            r = next(stream)
+            x = prepare(r) if prepare is not None else r
+            t0 = perf()
+            h = admit(x)
+            t["admit"] += perf() - t0
+            t["n_admit"] += 1
+            assert h, f"the bench sized the pool for the batch; {r.request_id} did not fit"
+            if begin is not None:
+                begin(r, h)
+            running.append((r, h))
+        keep = []
+        for r, h in running:
+            if len(r.output_token_ids) >= r.out_len:
+                t0 = perf()
+                free(h)
+                t["free"] += perf() - t0
+                continue
+            r.output_token_ids.append(1)
+            if grow is not None:
+                grow(h)
+            t0 = perf()
+            decode(h)
+            t["decode"] += perf() - t0
+            t["n_decode"] += 1
+            keep.append((r, h))
+        running = keep
+        if after_step is not None:
+            after_step()
+    return t
+
+
 def run(system: str, specs, images: bool, steps: int, batch: int, tpp: int, seed: int = 0) -> dict:
     # Room for the whole batch at its longest under the uniform allocator: nothing is preempted.
     per_token = sum(s.bytes_per_token for s in specs)
     capacity = int(1.25 * batch * (2560 + (6404 if images else 0)) * per_token)
     m = jenga.make_manager(system, specs, capacity, tokens_per_page=tpp)
-    stream = op_stream(seed, 10**9, images)
-    running: list[Req] = []
-    t_alloc = t_free = t_usage = 0.0
-    n_alloc = n_usage = pages = 0
-    perf = time.perf_counter
-    for _ in range(steps):
-        while len(running) < batch:
-            r = next(stream)
-            t0 = perf()
-            ok = m.allocate(r, len(r.prompt_token_ids))
-            t_alloc += perf() - t0
-            n_alloc += 1
-            assert ok
-            running.append(r)
-        keep = []
-        for r in running:
-            if len(r.output_token_ids) >= r.out_len:
-                t0 = perf()
-                m.free(r)
-                t_free += perf() - t0
-                continue
-            r.output_token_ids.append(1)
-            t0 = perf()
-            m.allocate(r, 1)
-            t_alloc += perf() - t0
-            n_alloc += 1
-            keep.append(r)
-        running = keep
-        t0 = perf()
-        u = m.usage()
-        t_usage += perf() - t0
+    t_usage, n_usage = 0.0, 0
+
+    def usage() -> None:
+        nonlocal t_usage, n_usage
+        t0 = time.perf_counter()
+        m.usage()
+        t_usage += time.perf_counter() - t0
         n_usage += 1
+
+    t = decode_loop(op_stream(seed, 10**9, images), steps, batch,
+                    admit=lambda r: m.allocate(r, len(r.prompt_token_ids)) and r,
+                    decode=lambda r: m.allocate(r, 1), free=m.free, after_step=usage)
+    t_alloc, t_free, n_alloc = t["admit"] + t["decode"], t["free"], t["n_admit"] + t["n_decode"]
     u = m.usage()
     pages = sum(v for k, v in u.path_counts.items() if k not in ("hit_lost_tokens", "retry_tight", "evict"))
     return {"system": system, "pages": pages, "us_per_page": 1e6 * (t_alloc + t_free) / max(pages, 1),

@@ -94,37 +94,15 @@ def pool_vllm(steps: int, batch: int, seed: int = 0) -> float:
 # -- manager level ---------------------------------------------------------------------------------
 def manager_ours(steps: int, batch: int, seed: int = 0) -> float:
     import jenga
-    from bench.allocator import op_stream
+    from bench.allocator import decode_loop, op_stream
 
     page = BLOCK * KV * LAYERS
     m = jenga.make_manager("jenga", [jenga.FullAttentionSpec("full", LAYERS, KV)], _capacity_blocks(batch) * page,
                            tokens_per_page=BLOCK)
-    stream = op_stream(seed, 10**9, False)
-    running: list = []
-    perf = time.perf_counter
-    t = 0.0
-    for _ in range(steps):
-        while len(running) < batch:
-            r = next(stream)
-            t0 = perf()
-            ok = m.allocate(r, len(r.prompt_token_ids))
-            t += perf() - t0
-            assert ok
-            running.append(r)
-        keep = []
-        for r in running:
-            if len(r.output_token_ids) >= r.out_len:
-                t0 = perf()
-                m.free(r)
-                t += perf() - t0
-                continue
-            r.output_token_ids.append(1)
-            t0 = perf()
-            m.allocate(r, 1)
-            t += perf() - t0
-            keep.append(r)
-        running = keep
-    return t
+    t = decode_loop(op_stream(seed, 10**9, False), steps, batch,
+                    admit=lambda r: m.allocate(r, len(r.prompt_token_ids)) and r,
+                    decode=lambda r: m.allocate(r, 1), free=m.free)
+    return t["admit"] + t["decode"] + t["free"]
 
 
 def manager_vllm(steps: int, batch: int, seed: int = 0) -> float:
@@ -134,42 +112,29 @@ def manager_vllm(steps: int, batch: int, seed: int = 0) -> float:
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.request import Request
 
-    from bench.allocator import op_stream
+    from bench.allocator import decode_loop, op_stream
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
     kvc = KVCacheConfig(num_blocks=_capacity_blocks(batch), kv_cache_tensors=[],
                         kv_cache_groups=[KVCacheGroupSpec([f"layers.{i}" for i in range(LAYERS)], spec)])
     mgr = KVCacheManager(kvc, max_model_len=8192, scheduler_block_size=BLOCK, hash_block_size=BLOCK,
                          enable_caching=False)
-    stream = op_stream(seed, 10**9, False)
-    running: list = []
-    perf = time.perf_counter
-    t = 0.0
-    for _ in range(steps):
-        while len(running) < batch:
-            r = next(stream)
-            req = Request(r.request_id, r.prompt_token_ids.tolist(), SamplingParams(max_tokens=r.out_len), None)
-            n = len(r.prompt_token_ids)
-            t0 = perf()
-            ok = mgr.allocate_slots(req, n)
-            t += perf() - t0
-            assert ok is not None
-            req.num_computed_tokens = n
-            running.append((r, req))
-        keep = []
-        for r, req in running:
-            if req.num_output_tokens >= r.out_len:
-                t0 = perf()
-                mgr.free(req)
-                t += perf() - t0
-                continue
-            req.append_output_token_ids(1)
-            t0 = perf()
-            mgr.allocate_slots(req, 1)
-            t += perf() - t0
-            req.num_computed_tokens += 1
-            keep.append((r, req))
-        running = keep
-    return t
+
+    def prepare(r):
+        return Request(r.request_id, r.prompt_token_ids.tolist(), SamplingParams(max_tokens=r.out_len), None)
+
+    def admit(req):
+        return req if mgr.allocate_slots(req, req.num_prompt_tokens) is not None else None
+
+    def begin(r, req):
+        req.num_computed_tokens = len(r.prompt_token_ids)
+
+    def decode(req):
+        mgr.allocate_slots(req, 1)
+        req.num_computed_tokens += 1
+
+    t = decode_loop(op_stream(seed, 10**9, False), steps, batch, admit=admit, decode=decode, free=mgr.free,
+                    prepare=prepare, begin=begin, grow=lambda req: req.append_output_token_ids(1))
+    return t["admit"] + t["decode"] + t["free"]
 
 
 def best_ratio(ours, theirs, repeat: int, *args) -> tuple[float, float, float]:
