@@ -171,6 +171,8 @@ def report(p: Plan, records: list[dict[str, Any]], out_dir: Path, default_gpu: s
         if smoke:
             print("smoke mode: tiny cells, not comparable with the paper's bars (no comparison printed or drawn)")
             title += " (smoke: not comparable with the paper)"
+        elif m["n_paired"] == 0:
+            print(f"the paper publishes no per-model bars for this figure on {p.gpu}: nothing to compare with")
         else:
             print(f"Paper's (published bars, {m['n_paired']} models): geometric mean {m['paper_geo']:.3f}, "
                   f"arithmetic mean {m['paper_arith']:.3f}; ours within ±10% of the paper: "
