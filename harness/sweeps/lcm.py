@@ -59,7 +59,7 @@ def churn_rows(p: SweepPlan, records: list[dict]) -> pd.DataFrame:
 
 
 def plot(table: pd.DataFrame, summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 5.2), gridspec_kw={"width_ratios": [1.1, 1, 1]})
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 6.2), gridspec_kw={"width_ratios": [1.1, 1, 1]})
     per_model = table.groupby("model", sort=False)["model_max_ratio"].max().sort_values()
     ax1.barh(per_model.index, per_model.to_numpy(), color=["#d62728" if v > 8 else "#1f77b4" for v in per_model])
     for y, v in enumerate(per_model.to_numpy()):
@@ -85,7 +85,7 @@ def plot(table: pd.DataFrame, summary: pd.DataFrame, p: SweepPlan, out: Path) ->
         ax.grid(alpha=0.3, linewidth=0.4)
     ax2.set_ylabel("large pages in use (% of the pool's large pages, time-avg.)")
     ax2.set_title("large-page occupancy under churn", fontsize=9)
-    ax2.legend(fontsize=6, frameon=False)
+    ax2.legend(fontsize=6, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # off the data
     ax3.set_ylabel("small pages from a shared, partly used large page (%)")
     ax3.set_title("fallback-path frequency (steal + any free small + evict small)", fontsize=9)
     ax3.text(0.02, 0.5, "Jenga (solid): each request fills its own large pages first;\n"

@@ -74,7 +74,7 @@ def _paper_speedup(gpu: str) -> float | None:
 
 
 def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 6.0))
     model_ov = [o for o in p.runs[0].overrides if o.startswith("model=")]
     images = np.arange(0, 6405, 64)
     texts = sorted({int(float(t)) for t in summary["text"]})
@@ -99,7 +99,7 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
     ax1.set_xlabel("image share of the request's tokens, I / (T + I)")
     ax1.set_ylabel("KV memory waste of uniform paging (%)")
     ax1.set_title("waste: analytic (lines) and simulated (points)", fontsize=10)
-    ax1.legend(fontsize=6.5, frameon=False, loc="upper left")
+    ax1.legend(fontsize=6.5, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # off the data
     ax1.grid(alpha=0.3, linewidth=0.4)
     main = p.runs[0].model
     groups = [(f"text {int(float(t))} tokens (ours)", g.sort_values("image_share"), "-o")
@@ -119,7 +119,7 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
     ax2.set_xlabel("image share of the request's tokens, I / (T + I)")
     ax2.set_ylabel("Jenga throughput / vLLM throughput (×)")
     ax2.set_title("Jenga speedup over vLLM (lines: fixed text, image tokens 0→6404)", fontsize=10)
-    ax2.legend(fontsize=6.5, frameon=False, loc="upper left")
+    ax2.legend(fontsize=6.5, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # off the data
     ax2.grid(alpha=0.3, linewidth=0.4)
     fig.suptitle(f"Image/text-mix sweep, Llama-3.2-11B-Vision on {p.gpu.upper()} (simulated): "
                  "image tokens 0-6404, text tokens " + ", ".join(map(str, grid_texts)) + " (+ MMMU-pro, chat mix)",
