@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-EXAMPLES = dict(re.findall(r"<!-- example: (\w+) -->\n```python\n(.*?)```", DOC, flags=re.S))
+EXAMPLES = dict(re.findall(r"<!-- example: (\w+) -->\n```python\n(.*?)```", DOC, flags=re.DOTALL))
 
 
 def test_every_kind_of_addition_has_an_example():

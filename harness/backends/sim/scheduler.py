@@ -301,19 +301,26 @@ class Scheduler:
             seq.num_computed += s.num_new_tokens
             if seq.num_computed < seq.target:
                 continue                              # a prefill chunk that is not the last
-            req = seq.req
-            req.output_token_ids.append(_token_id(req, seq.num_generated))
-            seq.num_generated += 1
-            if seq.first_token_time is None:
-                seq.first_token_time = now
-            if seq.num_generated >= req.output_len:
-                seq.finish_time = now
-                seq.done = True
-                any_done = True
-                self.num_finished += 1
-                self.mm.free(req)
+            any_done |= self._emit(seq, 1, now)
         if any_done:
             self.running = [s for s in self.running if not s.done]
+
+    def _emit(self, seq: SeqState, n: int, now: float) -> bool:
+        """Append ``n`` generated tokens to ``seq``'s request; finish and free it when it has all its
+        output. True when it finished."""
+        req = seq.req
+        for _ in range(n):
+            req.output_token_ids.append(_token_id(req, seq.num_generated))
+            seq.num_generated += 1
+        if seq.first_token_time is None:
+            seq.first_token_time = now
+        if seq.num_generated < req.output_len:
+            return False
+        seq.finish_time = now
+        seq.done = True
+        self.num_finished += 1
+        self.mm.free(req)
+        return True
 
 
 def _token_id(req: Request, i: int) -> int:

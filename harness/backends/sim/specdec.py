@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.backends.sim.scheduler import Scheduled, Scheduler, _token_id
+from harness.backends.sim.scheduler import Scheduled, Scheduler
 from jenga.baselines.per_model_split import PerModelSplit, pair_specs
 from jenga.registry import check_system_names, make_manager
 from jenga.spec import LayerTypeSpec, SpecError
@@ -93,7 +93,7 @@ class SpecScheduler(Scheduler):
     def complete(self, step: list[Scheduled], now: float) -> None:
         any_done = False
         for s in step:
-            seq, req = s.seq, s.seq.req
+            seq = s.seq
             if s.is_decode:
                 k = s.num_new_tokens - 1
                 a = accepted_tokens(self.rng, k, self.p)
@@ -108,16 +108,7 @@ class SpecScheduler(Scheduler):
                 if seq.num_computed < seq.target:
                     continue
                 emitted = 1
-            for _ in range(emitted):
-                req.output_token_ids.append(_token_id(req, seq.num_generated))
-                seq.num_generated += 1
-            if seq.first_token_time is None:
-                seq.first_token_time = now
-            if seq.num_generated >= req.output_len:
-                seq.finish_time = now
-                seq.done = any_done = True
-                self.num_finished += 1
-                self.mm.free(req)
+            any_done |= self._emit(seq, emitted, now)
         if any_done:
             self.running = [x for x in self.running if not x.done]
 
