@@ -35,7 +35,7 @@ import pandas as pd
 
 from harness import analysis, cli, plots
 
-RESERVED = ("systems", "baseline", "gpus", "per_gpu", "name")
+RESERVED = ("systems", "baseline", "gpus", "per_gpu", "per_system", "name")
 
 
 @dataclass
@@ -95,9 +95,17 @@ def plan(exp_path: str | Path | dict[str, Any], cli_overrides: list[str]) -> Pla
         baseline = cell.get("baseline", "vllm")
         model_name = next((o.split("=", 1)[1] for o in reversed(base) if o.startswith("model=")), model)
         p.baselines[model_name] = baseline
-        for system in cell.get("systems") or exp.get("systems", ["vllm", "jenga"]):
+        per_system = cell.get("per_system") or {}
+        systems = cell.get("systems") or exp.get("systems", ["vllm", "jenga"])
+        unknown = sorted(set(per_system) - set(systems))
+        if unknown:
+            raise cli.UsageError(f"{where}: cell {model}: per_system names systems the cell does not run: "
+                                 f"{unknown}; its systems: {list(systems)}")
+        for system in systems:
+            # per_system: where the artifact's command for one bar differs from the others'.
+            own = [f"{k}={_fmt(v)}" for k, v in (per_system.get(system) or {}).items()]
             for seed in seeds:
-                ov = [f"gpu={gpu}"] + base + [f"system={system}", f"seed={seed}"] + extra
+                ov = [f"gpu={gpu}"] + base + own + [f"system={system}", f"seed={seed}"] + extra
                 p.runs.append(CellRun(model_name, system, int(seed), ov, baseline))
     return p
 

@@ -151,6 +151,11 @@ class MemoryManager(abc.ABC):
     def num_computed_tokens(self, request: RequestView) -> int:
         """Tokens of the request this manager has allocated (pinned hit + allocations); 0 if none."""
 
+    def begin_step(self) -> None:
+        """Optional: the engine announces a new scheduler step, so what the last step computed
+        (Mamba checkpoints) becomes usable by every request. A caller that never calls it gets
+        the older behaviour (one-step pages join the cache at their request's next ``allocate``)."""
+
     def max_tokens_one_request(self, request: RequestView) -> int | None:  # pragma: no cover - optional
         """Optional upper bound used by schedulers to reject requests that can never fit."""
         return None

@@ -68,6 +68,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.extra_counts = {"hit_lost_tokens": 0, "retry_tight": 0}
         self.checkpoints_saved = 0  # Mamba state pages checkpointed (prefix.PrefixCacheMixin._save_checkpoint)
         self._j: Journal | None = None  # undo log of an allocation that may fail
+        self._transient_owners: set = set()  # requests holding one-step pages (see begin_step)
         token_tpps = [s.tokens_per_page for s in self.types if not (s.policy.image_based or s.policy.state_based)]
         self.hash_block = math.gcd(*token_tpps) if token_tpps else tokens_per_page
         # Per type, for the hot accounting loop: (policy, tokens/page, data bytes/token, kind, state).
@@ -104,6 +105,29 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         """Whether the request can grow to ``T`` tokens: ``demand`` new pages per type besides the
         cached ``hits`` it pins. Paged systems ask the pool; the oracle counts exact bytes."""
         return not demand or self.pool.can_fit(demand)
+
+    # -- steps --------------------------------------------------------------------------------------
+    def begin_step(self) -> None:
+        """The engine starts a new step: what the last step computed is usable by every request.
+        Mamba checkpoints written last step (and hit checkpoints pinned for it) leave their
+        request's one-step hold and join the cache now, whether or not their request runs in
+        this step. vLLM v0 marks every scheduled request's blocks computed at the end of
+        scheduling ("the batch will have been computed before the next scheduling invocation":
+        ``vllm/core/scheduler.py`` ``Scheduler.schedule`` -> ``mark_blocks_as_computed``, in both
+        the baseline and the Jenga fork, whose Mamba checkpoints are immutable blocks of the
+        ``LinearAttentionManager``'s group allocator, ``custom_block.py``). Without this hook a
+        checkpoint joins at its owner's next ``allocate`` (the fallback for callers that never
+        announce steps), which under v0's prefill-first scheduling is after every waiting
+        prefill, so siblings never hit it."""
+        if not self._transient_owners:
+            return
+        for rid in self._transient_owners:
+            rs = self.reqs.get(rid)
+            if rs is not None and rs.transients:
+                self.now += 1
+                self._release_transients(rs)
+                self._account(rs)
+        self._transient_owners.clear()
 
     # -- allocate -----------------------------------------------------------------------------------
     def num_computed_tokens(self, request: RequestView) -> int:

@@ -13,7 +13,7 @@ from harness.models import load_profile
 from harness.workloads import build_workload
 
 REPO = Path(__file__).resolve().parent.parent
-RESERVED = ("systems", "baseline", "gpus", "per_gpu")
+RESERVED = ("systems", "baseline", "gpus", "per_gpu", "per_system")
 
 
 def _fmt(v):
@@ -30,7 +30,8 @@ def _cells(path: Path, gpu: str):
         ov = [f"{k}={_fmt(v)}" for k, v in cell.items() if k not in RESERVED]
         ov += [f"{k}={_fmt(v)}" for k, v in (cell.get("per_gpu") or {}).get(gpu, {}).items()]
         for system in cell.get("systems") or exp["systems"]:
-            yield [f"gpu={gpu}", *ov, f"system={system}", "mode=smoke"]
+            own = [f"{k}={_fmt(v)}" for k, v in ((cell.get("per_system") or {}).get(system) or {}).items()]
+            yield [f"gpu={gpu}", *ov, *own, f"system={system}", "mode=smoke"]
 
 
 @pytest.mark.parametrize("exp", ["fig13", "fig14"])

@@ -52,6 +52,18 @@ def test_plan_expansion(tmp_path):
     assert [r.model for r in l4.runs][-1] == "ministral_8b" and l4.runs[0].overrides[0] == "gpu=l4"
 
 
+def test_per_system_overrides_only_that_system(tmp_path):
+    f = tmp_path / "e.yaml"
+    f.write_text(EXP.replace("baseline: static_partition}",
+                             "baseline: static_partition, per_system: {jenga: {engine.enable_prefix_caching: true}}}"))
+    runs = [r for r in experiment.plan(f, []).runs if r.model == "llama3_1_8b"]
+    on = {r.system: "engine.enable_prefix_caching=true" in r.overrides for r in runs}
+    assert on == {"static_partition": False, "jenga": True}
+    f.write_text(EXP.replace("baseline: static_partition}", "baseline: static_partition, per_system: {vllm: {seed: 1}}}"))
+    with pytest.raises(experiment.cli.UsageError, match="per_system names systems the cell does not run: \\['vllm'\\]"):
+        experiment.plan(f, [])
+
+
 def test_smoke_end_to_end(tmp_path, fakes, capsys):
     f = tmp_path / "fig14.yaml"
     f.write_text(EXP)

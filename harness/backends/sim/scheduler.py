@@ -164,6 +164,9 @@ class Scheduler:
     # -- policy -------------------------------------------------------------------------------
     def schedule(self, now: float) -> list[Scheduled]:
         """Pick the next step's work and allocate its memory."""
+        # The last step's work is computed: its Mamba checkpoints become hittable by every request
+        # (vLLM v0 marks blocks computed at the end of each schedule(); jenga.PagedManager.begin_step).
+        self.mm.begin_step()
         self.arrive(now)
         if self.cfg.mixed:
             return self._schedule_mixed()
