@@ -145,6 +145,15 @@ def test_mmlu_pro_shape():
         assert len({r.prompt_token_ids[:max(n, 1)].tobytes() for r in g}) == 1
 
 
+def test_mmlu_pro_outputs_respect_the_pretrained_eval_cap():
+    # The artifact reads Llama-3.1-405B-evals (pre-trained): Meta generated at most 512 tokens there
+    # (llama-models eval_details.md); the AE's len(tokenizer(completion).input_ids) adds the BOS: 513.
+    reqs = build_workload(cell("dataset=mmlu_pro", dataset__num_requests=2000))
+    outs = [r.output_len for r in reqs]
+    assert max(outs) == 513          # the lognormal's tail reaches the cap at this many draws
+    assert min(outs) >= 16
+
+
 def test_smoke_mode_caps_requests_outputs_and_lengths():
     full = build_workload(cell("dataset=arxiv_qa", "model=ministral_8b", dataset__max_len=80000))
     smoke = build_workload(cell("dataset=arxiv_qa", "model=ministral_8b", "mode=smoke", dataset__max_len=80000))
