@@ -1,24 +1,30 @@
-"""The paper's micro-experiments (arXiv v1 §7.3 setups, paper_facts §1.3-§1.4), results ours.
+"""The paper's micro-experiments (arXiv v1 §7.3 setups, paper_facts §1.3-§1.4), results ours:
+the ``micro`` kind's report.
 
-    python -m harness.study experiments/micro.yaml [mode=smoke] [--jobs N] [--out DIR]
+    python -m harness.study experiments/micro.yaml [mode=smoke] [seeds=0,1] [--jobs N] [--dry-run]
+                            [--launcher inline|joblib|slurm] [--out DIR]        # = make micro
 
-Four parts, each a set of ordinary cells run through :func:`harness.run.run_overrides` (cached
-records under ``out_dir``, default ``results/runs``):
+The study file is in the sweep planner's format (:mod:`harness.sweeps.plan`): one ``cells`` entry
+per part (its ``label``), each with its own systems, x axis and seeds. Every cell is an ordinary
+cached record of :func:`harness.run.run_cell`, so :mod:`harness.study` checks, dry-runs, launches
+and resumes it like any sweep; this module only turns the records into the report:
 
 - ``frag_trace``: memory waste over time, vLLM vs Jenga, Ministral on arXiv-QA (per-step trace);
 - ``decode_batch``: 20 requests at once (55k-110k in, 50-100 out), Ministral on H100: mean decode
   batch and steps to finish;
 - ``prefix_cache``: arXiv-QA prefixes of N concatenated articles × 4 questions: prefix hit rate and
-  throughput;
-- ``latency``: Llama-3.2-Vision at Poisson request rates (seeded): TTFT, TPOT, end-to-end.
+  throughput (x: axis ``articles``);
+- ``latency``: Llama-3.2-Vision at Poisson request rates (seeded): TTFT, TPOT, end-to-end (x: axis
+  ``rate``).
 
-Writes ``summary.csv`` (one row per cell, with provenance), ``traces.csv`` (the two per-step
-traces, decimated) and ``micro.png`` under ``results/micro``.
+Writes ``summary.csv`` (one row per cell and seed, with provenance), ``summary_mean.csv`` (seed
+means and 95 % CIs, :mod:`harness.sweeps.stats`), ``traces.csv`` (the two per-step traces of the
+first seed, decimated, read from each record's ``trace.csv``) and ``micro.png`` under
+``results/micro`` (smoke: ``results/smoke/micro``, ``_smoke`` suffix).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,69 +35,78 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness.plots import SYSTEM_COLORS, SYSTEM_LABELS, SYSTEM_ORDER
-from harness.studies import common
+from harness.sweeps import common, stats
+from harness.sweeps.plan import SweepPlan
 
 PARTS = ("frag_trace", "decode_batch", "prefix_cache", "latency")
+TRACE_PARTS = ("frag_trace", "decode_batch")
 COLORS = {**SYSTEM_COLORS, "vllm": "#7f7f7f", "jenga": "#1f77b4"}
 LABELS = {**SYSTEM_LABELS, "hybrid_groups": "hybrid groups (vLLM, April 2025)"}
 ROW_FIELDS = ("throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99",
               "e2e_mean", "mean_decode_batch", "mean_running", "waste_fraction", "prefix_hit_rate", "preemptions",
               "num_steps", "num_requests", "kv_capacity_bytes", "simulated", "status", "error")
 TRACE_POINTS = 400
+METRICS = ["throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99",
+           "e2e_mean", "mean_decode_batch", "mean_running", "waste_fraction", "prefix_hit_rate", "preemptions",
+           "num_steps"]
+KEYS = ["part", "system", "x"]
 
 
-def cells(study: dict[str, Any], smoke: bool) -> list[tuple[str, str, float | None, int, list[str]]]:
-    """(part, system, x, seed, overrides) for every cell of the study. A part's ``seeds`` override
-    the study's, except when ``seeds=`` was given on the command line."""
-    out = []
-    for part in PARTS:
-        spec = study["parts"].get(part)
-        if spec is None:
-            continue
-        base = common.overrides_of(spec["cell"])
-        seeds = study.get("seeds", [0]) if study.get("seeds_from_cli") else spec.get("seeds", study.get("seeds", [0]))
-        for system in spec.get("systems", ["vllm", "jenga"]):
-            for seed in seeds:
-                if part == "prefix_cache":
-                    for n in common.grid(spec["articles"], smoke):
-                        out.append((part, system, float(n), int(seed), base + [f"dataset.articles_per_group={int(n)}"]))
-                elif part == "latency":
-                    for rate in common.grid(spec["rates"], smoke):
-                        out.append((part, system, float(rate), int(seed), base + [f"engine.request_rate={rate}"]))
-                else:
-                    out.append((part, system, None, int(seed), base))
-    return out
+def check(p: SweepPlan) -> None:
+    """Before any cell runs: every cell entry's ``label`` names a part this report knows."""
+    unknown = sorted({r.model for r in p.runs} - set(PARTS))
+    if unknown:
+        raise ValueError(f"study {p.name}: cell label(s) {unknown} name no micro part; each cell entry's "
+                         f"'label' must be one of {list(PARTS)}")
 
 
-def run_one(part: str, system: str, x: float | None, seed: int, overrides: list[str], mode: str, extra: list[str],
-            force: bool, first_seed: int = 0) -> dict[str, Any]:
-    """One cell through :func:`harness.run.run_overrides`; the first seed's trace path is kept."""
-    from harness.run import run_overrides
-
-    ov = overrides + [f"system={system}", f"mode={mode}", f"seed={seed}"] + extra + (["force=true"] if force else [])
-    rec = run_overrides(ov)
-    row = {"part": part, "system": system, "x": x, "seed": seed, "model": rec.get("model"),
-           "dataset": rec.get("dataset"),
-           **{k: rec.get(k) for k in ROW_FIELDS}}
-    prov = rec.get("provenance") or {}
-    row.update({"git_rev": prov.get("git_rev"), "dirty": prov.get("dirty"), "time": prov.get("time"),
-                "overrides": " ".join(ov)})
-    if part in ("frag_trace", "decode_batch") and rec.get("status") == "ok" and seed == first_seed:
-        row["trace"] = str(_trace_path(ov))
-    return row
+def _x(params: dict[str, Any]) -> float | None:
+    """A part's x: the one axis it is swept over (articles per group, request rate); None if none."""
+    xs = [v for v in params.values() if v is not None]
+    return float(xs[0]) if xs else None
 
 
 def _trace_path(overrides: list[str]) -> Path:
+    """Where :func:`harness.run.run_cell` wrote this cell's per-step trace (beside record.json)."""
+    from harness.config import compose_cell
     from harness.run import cell_dir
 
-    return cell_dir(common.compose([o for o in overrides if not o.startswith("force=")])) / "trace.csv"
+    return cell_dir(compose_cell(list(overrides))) / "trace.csv"
 
 
-def decimated_traces(rows: list[dict]) -> pd.DataFrame:
+def rows(p: SweepPlan, records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per cell and seed, ordered part, system, seed, x. ``trace``: the per-step trace's path
+    for the trace parts' first seed (not written to the summary)."""
+    check(p)
+    first_seed: dict[str, int] = {}
+    out = []
+    for run, rec in zip(p.runs, records):
+        first_seed.setdefault(run.model, run.seed)
+        prov = rec.get("provenance") or {}
+        row = {"part": run.model, "system": run.system, "x": _x(run.params), "seed": run.seed,
+               "model": rec.get("model"), "dataset": rec.get("dataset"),
+               **{k: rec.get(k) for k in ROW_FIELDS},
+               "status": rec.get("status", "failed"), "error": rec.get("error"),
+               "git_rev": prov.get("git_rev"), "dirty": prov.get("dirty"), "time": prov.get("time"),
+               "overrides": " ".join(run.overrides)}
+        if run.model in TRACE_PARTS and row["status"] == "ok" and run.seed == first_seed[run.model]:
+            row["trace"] = str(_trace_path(run.overrides))
+        out.append(row)
+    df = pd.DataFrame(out)
+    if df.empty:
+        return df
+    # The plan runs x outermost; the summary reads part by part, system by system, seed by seed.
+    pairs = list(zip(df["part"], df["system"]))
+    rank = {ps: i for i, ps in enumerate(dict.fromkeys(pairs))}
+    order = pd.DataFrame({"pair": [rank[ps] for ps in pairs], "seed": df["seed"]}, index=df.index)
+    return df.loc[order.sort_values(["pair", "seed"], kind="stable").index].reset_index(drop=True)
+
+
+def decimated_traces(rows: pd.DataFrame) -> pd.DataFrame:
     """The per-step traces of the trace parts, at most ``TRACE_POINTS`` rows per cell."""
     frames = []
-    for r in rows:
-        if not r.get("trace"):
+    for r in rows.to_dict("records") if len(rows) and "trace" in rows else []:
+        if not isinstance(r.get("trace"), str):
             continue
         t = pd.read_csv(r["trace"])
         step = max(1, len(t) // TRACE_POINTS)
@@ -103,20 +118,26 @@ def decimated_traces(rows: list[dict]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-METRICS = ["throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99",
-           "e2e_mean", "mean_decode_batch", "mean_running", "waste_fraction", "prefix_hit_rate", "preemptions",
-           "num_steps"]
-KEYS = ["part", "system", "x"]
+def means(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per part, system and x over its seeds: mean and 95 % CI of each metric, ``seeds`` (ok
+    runs), ``failed`` and the first ``error`` (:func:`harness.sweeps.stats.aggregate`)."""
+    return stats.aggregate(df, KEYS, METRICS) if len(df) else pd.DataFrame()
+
+
+def _yerr(a: pd.DataFrame, metric: str, scale: float = 1.0):
+    """Matplotlib error-bar extents of an aggregated metric (None where the CI is undefined)."""
+    lo, hi = (a[metric] - a[f"{metric}_ci_lo"]) * scale, (a[f"{metric}_ci_hi"] - a[metric]) * scale
+    return None if lo.isna().all() else [lo.fillna(0).to_numpy(), hi.fillna(0).to_numpy()]
 
 
 def _line(ax, a: pd.DataFrame, col: str, scale: float = 1.0, **kw) -> None:
-    ax.errorbar(a["x"], a[col] * scale, yerr=common.yerr(a, col, scale), capsize=2, **kw)
+    ax.errorbar(a["x"], a[col] * scale, yerr=_yerr(a, col, scale), capsize=2, **kw)
 
 
 def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
     """Six panels: the two traces (first seed) and the seed means (95 % CI whiskers) of the sweeps."""
     fig, ax = plt.subplots(2, 3, figsize=(16, 8.4))
-    agg = common.aggregate(df.assign(x=df["x"].fillna(-1.0)), KEYS, METRICS)
+    agg = means(df.assign(x=df["x"].fillna(-1.0)))
     for s in [x for x in SYSTEM_ORDER if x in set(df["system"])]:
         kw = {"color": COLORS.get(s, "#333333"), "label": LABELS.get(s, s)}
         t = traces[(traces["part"] == "frag_trace") & (traces["system"] == s)] if len(traces) else traces
@@ -157,7 +178,7 @@ def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
         a.text(4.05, 0.98, "paper's range ends (4 req/s)", transform=a.get_xaxis_transform(), fontsize=7,
                va="top")
     n = int(agg["seeds"].max()) if len(agg) else 0
-    fig.suptitle(f"The paper's micro-experiments on H100 — {common.sim_label(mode)}; setups from the paper, results "
+    fig.suptitle(f"The paper's micro-experiments on H100 — simulated (sim backend), mode={mode}; setups from the paper, results "
                  f"ours (no published values for these panels); sweeps: mean of {n} seed(s), 95 % CI; traces: "
                  "first seed", fontsize=10)
     fig.tight_layout()
@@ -165,33 +186,30 @@ def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__, ("parts",), argv)
-    unknown = sorted(set(args.study["parts"]) - set(PARTS))
-    if unknown:
-        raise ValueError(f"micro: unknown part(s) {unknown}; allowed: {list(PARTS)}")
-    gpu = args.study.get("gpu", "h100")
-    extra = [f"gpu={gpu}"] + args.overrides
-    plan = cells(args.study, args.smoke)
-    first = {}
-    for p, s, x, seed, _ in plan:
-        first.setdefault(p, seed)
-    tasks = [(p, s, x, seed, ov, args.mode, extra, args.force, first[p]) for p, s, x, seed, ov in plan]
-    if args.dry_run:
-        return common.print_tasks(tasks)
-    elapsed = common.timer()
-    rows = common.parallel(run_one, tasks, args.jobs, args.progress, args.study['name'])
-    df = common.write_summary(rows, args, elapsed())
-    traces = decimated_traces(rows)
-    traces.to_csv(args.out / f"traces{args.suffix}.csv", index=False)
-    df.drop(columns=["trace"], errors="ignore").to_csv(args.out / f"summary{args.suffix}.csv", index=False)
-    agg = common.write_means(df, args, KEYS, METRICS)
+def report(p: SweepPlan, records: list[dict[str, Any]], out: Path) -> pd.DataFrame:
+    """summary.csv, summary_mean.csv (seed means, 95 % CIs), traces.csv and micro.png under ``out``."""
+    df = rows(p, records)
+    out.mkdir(parents=True, exist_ok=True)
+    sfx = common.suffix(p)
+    traces = decimated_traces(df)
+    traces.to_csv(out / f"traces{sfx}.csv", index=False)
+    df = df.drop(columns=["trace"], errors="ignore")
+    df.to_csv(out / f"summary{sfx}.csv", index=False)
+    agg = means(df)
+    agg.to_csv(out / f"summary_mean{sfx}.csv", index=False)
     cols = ["part", "system", "x", "seeds", "throughput_req_s", "ttft_mean", "tpot_mean", "e2e_mean",
             "mean_decode_batch", "num_steps", "waste_fraction", "prefix_hit_rate"]
-    print(agg[[c for c in cols if c in agg]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    plot(df, traces, common.figure_path(args), args.mode)
-    return 0 if (df["status"] == "ok").all() else 1
+    common.print_table(agg, cols)
+    fig = out / f"{p.name}{sfx}.png"
+    plot(df, traces, fig, p.mode)
+    print(f"figure: {fig}")
+    return df
 
 
-if __name__ == "__main__":
-    sys.exit(common.guard(main))
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.study`` for a micro study file (another kind's file is refused)."""
+    from harness import cli
+    from harness.study import driver
+
+    cli.load_study_file(cli.parse(driver.parser(), argv).experiment, __name__)
+    return driver.main(argv)

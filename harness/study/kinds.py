@@ -5,12 +5,13 @@ A kind names the module that holds its axes (how the file expands into cells) an
 running (inline / joblib / Slurm), caching and resuming — is :mod:`harness.study`'s.
 
 ``pipeline`` kinds expand into ordinary cached cells (Hydra overrides of :func:`harness.run.run_cell`),
-so they run under any launcher. The four issue-6 studies (micro, specdec, vlm_embed, mamba_prefix)
+so they run under any launcher. The three issue-6 studies specdec, vlm_embed and mamba_prefix
 still plan and run through their own modules (``harness.studies.*``; issue 10 item 2), inline only.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +32,12 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("mix", "harness.sweeps.mix", "make sweep-mix", True),
     Kind("ablation", "harness.sweeps.ablation", "make ablation", True),
     Kind("lcm", "harness.sweeps.lcm", "make lcm-churn", True),
-    Kind("micro", "harness.studies.micro", "make micro", False),
+    Kind("micro", "harness.studies.micro", "make micro", True),
     Kind("specdec", "harness.studies.specdec", "make specdec", False),
     Kind("vlm_embed", "harness.studies.vlm_embed", "make vlm-embed", False),
     Kind("mamba_prefix", "harness.studies.mamba_prefix", "make mamba-prefix", False),
 )}
-SWEEP_KINDS = ("window", "mix", "ablation", "lcm")
+SWEEP_KINDS = ("window", "mix", "ablation", "lcm", "micro")
 DEFAULT_KIND = "figure"   # a file without ``kind:`` is a figure experiment (contract §3: cells × systems)
 
 
@@ -61,9 +62,20 @@ def plan_cells(path: str, study: dict[str, Any], cli_overrides: list[str]) -> tu
 
         try:
             p = plan(path, cli_overrides)
+            # A report module may check the plan before any cell runs (micro: its parts' labels).
+            check = getattr(importlib.import_module(kind.module), "check", None)
+            if check is not None:
+                check(p)
         except cli.UsageError:
             raise
         except ValueError as exc:   # a malformed axis or cell of the study file
             raise cli.UsageError(str(exc)) from None
-        return p, [f"{r.model}/{r.params}/{r.system}/seed{r.seed}" for r in p.runs], [r.overrides for r in p.runs]
+        return p, [_sweep_label(r) for r in p.runs], [r.overrides for r in p.runs]
     raise cli.UsageError(f"{path}: kind {kind.name!r} is not planned as cached cells yet; run it with `{kind.make}`")
+
+
+def _sweep_label(run: Any) -> str:
+    """``model/{grid point}/system/seed``; an axis the cell is not swept over (grid label None, a
+    cell's ``axes``) is left out, and so is an empty grid point."""
+    point = {a: v for a, v in run.params.items() if v is not None}
+    return "/".join([run.model, *([str(point)] if point else []), run.system, f"seed{run.seed}"])

@@ -3,7 +3,7 @@
 A study file has the keys of an experiment file (``name``, ``description``, ``gpu``, ``systems``,
 ``seeds``, ``cells``; docs/CONTRACTS.md §3) plus:
 
-- ``kind``: the report module (``window``, ``mix``, ``ablation``, ``lcm``);
+- ``kind``: the report module (``window``, ``mix``, ``ablation``, ``lcm``, ``micro``);
 - ``base``: Hydra overrides every cell gets (a cell's own keys win);
 - ``axes``: ``{axis: {key: <override key>, values: [...]}}`` — the grid, a Cartesian product over
   the axes for every entry of ``cells``. A value is a scalar (set as ``key=value``) or a mapping
@@ -13,7 +13,10 @@ A study file has the keys of an experiment file (``name``, ``description``, ``gp
 Reserved keys of a ``cells`` entry: ``systems``, ``baseline``, ``label`` (the row's model label;
 default the ``model`` override), ``only`` (``{axis: [labels]}``: restrict this entry's grid) and
 ``point`` (``{axis: label}``: this entry is one extra point off the grid, not expanded over the
-axes; its own keys are its overrides).
+axes; its own keys are its overrides), ``seeds`` (this entry's seeds instead of the study's; a
+``seeds=`` on the command line replaces both) and ``axes`` (the names of the study's axes this
+entry is expanded over, default all of them; ``[]``: one cell; the others are left unset, their
+grid label None).
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 DEFAULT_SEEDS = (0, 1, 2)
-CELL_RESERVED = ("systems", "baseline", "label", "only", "point")
-KINDS = ("window", "mix", "ablation", "lcm")
+CELL_RESERVED = ("systems", "baseline", "label", "only", "point", "seeds", "axes")
+KINDS = ("window", "mix", "ablation", "lcm", "micro")
 
 
 @dataclass
@@ -119,9 +122,15 @@ def plan(path: str | Path, cli: list[str] = ()) -> SweepPlan:
         for a in only:
             if a not in points:
                 raise ValueError(f"study {path}: cell 'only' names unknown axis {a!r}; axes: {list(points)}")
-        grids = [[pt for pt in points[a] if a not in only or pt[0] in only[a]] for a in points]
+        spans = cell.get("axes", list(points))
+        if not isinstance(spans, list) or set(spans) - set(points):
+            raise ValueError(f"study {path}: cell 'axes' must list some of the axes {list(points)}, got {spans!r}")
+        grids = [[pt for pt in points[a] if a not in only or pt[0] in only[a]] if a in spans else [(None, {})]
+                 for a in points]
         own = {k: v for k, v in cell.items() if k not in CELL_RESERVED}
         label = str(cell.get("label", cell["model"]))
+        cell_seeds = seeds if "seeds" in special or "seeds" not in cell else \
+            shared.parse_seeds(cell["seeds"], f"study {path}: cell {label!r}")
         if "point" in cell:
             unknown = set(cell["point"]) - set(points)
             if unknown:
@@ -137,7 +146,7 @@ def plan(path: str | Path, cli: list[str] = ()) -> SweepPlan:
             params = {a: pt[0] for a, pt in zip(points, combo)}
             cell_ov = [f"{k}={fmt(v)}" for k, v in ov.items()]
             for system in cell.get("systems") or study.get("systems", ["vllm", "jenga"]):
-                for seed in seeds:
+                for seed in cell_seeds:
                     p.runs.append(SweepRun(label, params, system, seed, cell.get("baseline", study.get(
                         "baseline", "vllm")), [f"gpu={gpu}", *cell_ov, f"system={system}", f"seed={seed}", *extra]))
     return p
