@@ -54,7 +54,8 @@ reproduce-fig14: $(STAMP)
 	$(STUDY) experiments/fig14.yaml $(ARGS)
 
 # Issue 6 studies: the paper's micro-experiments, speculative decoding, the vision-embedding cache,
-# Mamba prefix caching vs Marconi (kinds micro, specdec, vlm_embed, mamba_prefix: inline only).
+# Mamba prefix caching vs Marconi (kinds micro: inline only; specdec, vlm_embed, mamba_prefix:
+# cached cells, any launcher: ARGS="--launcher joblib").
 .PHONY: micro specdec vlm-embed mamba-prefix
 micro: $(STAMP)
 	$(STUDY) experiments/micro.yaml $(ARGS)

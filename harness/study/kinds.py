@@ -5,8 +5,9 @@ A kind names the module that holds its axes (how the file expands into cells) an
 running (inline / joblib / Slurm), caching and resuming — is :mod:`harness.study`'s.
 
 ``pipeline`` kinds expand into ordinary cached cells (Hydra overrides of :func:`harness.run.run_cell`),
-so they run under any launcher. The four issue-6 studies (micro, specdec, vlm_embed, mamba_prefix)
-still plan and run through their own modules (``harness.studies.*``; issue 10 item 2), inline only.
+so they run under any launcher: the sweeps and the specdec, vlm_embed and mamba_prefix studies
+(their variants are sim cells picked by config keys, :mod:`harness.backends.sim.variants`). micro
+still plans and runs through its own module (``harness.studies.micro``), inline only.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("ablation", "harness.sweeps.ablation", "make ablation", True),
     Kind("lcm", "harness.sweeps.lcm", "make lcm-churn", True),
     Kind("micro", "harness.studies.micro", "make micro", False),
-    Kind("specdec", "harness.studies.specdec", "make specdec", False),
-    Kind("vlm_embed", "harness.studies.vlm_embed", "make vlm-embed", False),
-    Kind("mamba_prefix", "harness.studies.mamba_prefix", "make mamba-prefix", False),
+    Kind("specdec", "harness.studies.specdec", "make specdec", True),
+    Kind("vlm_embed", "harness.studies.vlm_embed", "make vlm-embed", True),
+    Kind("mamba_prefix", "harness.studies.mamba_prefix", "make mamba-prefix", True),
 )}
-SWEEP_KINDS = ("window", "mix", "ablation", "lcm")
+SWEEP_KINDS = ("window", "mix", "ablation", "lcm", "specdec", "vlm_embed", "mamba_prefix")
 DEFAULT_KIND = "figure"   # a file without ``kind:`` is a figure experiment (contract §3: cells × systems)
 
 
