@@ -57,7 +57,7 @@ def test_cli_seeds_gpu_and_smoke_section(tmp_path):
 def test_bad_study_files_name_the_key(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text("name: x\nkind: nope\ncells: [{model: llama3_1_8b}]\n")
-    with pytest.raises(ValueError, match=r"kind='nope'.*allowed: \['window', 'mix', 'ablation', 'lcm'\]"):
+    with pytest.raises(ValueError, match=r"kind='nope'.*allowed: \['window', 'mix', 'ablation', 'lcm'"):
         load_study(f)
     f.write_text("name: x\nkind: window\naxes: {w: {key: model.sliding_window, values: [1]}}\n"
                  "cells: [{model: gemma3_12b, only: {length: [1]}}]\n")
