@@ -1,6 +1,9 @@
 """Studies beyond Figure 13/14 (issue 6 items 4, 5, 6): the paper's micro-experiments, speculative
 decoding and the vision-embedding cache, and a Marconi-style rival for Mamba prefix caching.
 
-Each study reads an ``experiments/<name>.yaml`` file, runs its cells on the sim backend, writes
-``results/<name>/summary.csv`` (one row per cell, with provenance) and a paper-style PNG.
+``specdec``, ``vlm_embed`` and ``mamba_prefix`` are reports of pipeline kinds (harness/study/kinds.py):
+their cells are ordinary cached sim cells whose variants are config keys
+(harness/backends/sim/variants.py); each module holds ``report(plan, records, out)`` writing
+``results/<name>/summary.csv``, ``summary_mean.csv`` and a paper-style PNG. ``micro`` still plans
+and runs its own cells (``common``).
 """
