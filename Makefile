@@ -54,8 +54,7 @@ reproduce-fig14: $(STAMP)
 	$(STUDY) experiments/fig14.yaml $(ARGS)
 
 # Issue 6 studies: the paper's micro-experiments, speculative decoding, the vision-embedding cache,
-# Mamba prefix caching vs Marconi. micro's cells are cached cells like a sweep's (any --launcher);
-# kinds specdec, vlm_embed, mamba_prefix: inline only.
+# Mamba prefix caching vs Marconi. Every kind's cells are cached cells, any launcher: ARGS="--launcher joblib".
 .PHONY: micro specdec vlm-embed mamba-prefix
 micro: $(STAMP)
 	$(STUDY) experiments/micro.yaml $(ARGS)

@@ -18,7 +18,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from harness import backends as _backends
 from harness.backends import BACKEND_NAMES
-from jenga.registry import SYSTEM_NAMES
+from jenga.registry import ALL_SYSTEM_NAMES, STUDY_SYSTEM_NAMES, SYSTEM_NAMES, check_system_names
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 GROUPS = ("model", "dataset", "gpu", "system", "backend", "mode")
@@ -212,6 +212,13 @@ class EngineConf:
     request_rate: float = float("inf")
     num_speculative_tokens: int = 0
     spec_acceptance_rate: float | None = None
+    # Speculative decoding's draft model (a harness/conf/model/ name): draft and target share one KV
+    # pool (backend=sim only; harness/backends/sim/specdec.py). None: no draft.
+    draft_model: str | None = None
+    # False: the vLLM v0 multimodal baseline that stores no vision embeddings across steps and
+    # re-runs the encoder for every prefill chunk touching an image (backend=sim only;
+    # harness/backends/sim/vision_cache.py). True: the encoder runs once per image.
+    encoder_cache: bool = True
     # Today's vLLM admits a request only if its whole prompt fits (scheduler_reserve_full_isl);
     # None: on for system=vllm_current, off for the engines the artifact ran (harness/backends/sim/engine.py).
     full_prompt_admission: bool | None = None
@@ -236,8 +243,12 @@ class CellConf:
     force: bool = False
 
 
-# The cell systems of jenga's registry (the one list; study-only variants are not ``system=`` values).
+# The cell systems of jenga's registry (the one list): what the fuzz and the figures range over.
 SYSTEMS = SYSTEM_NAMES
+# Every registry system is a ``system=`` value; the study-only variants (registry ``cell=False``)
+# need the sim backend and what they model (:func:`_check_variants`).
+SYSTEM_VALUES = ALL_SYSTEM_NAMES
+check_system_names(("per_model_split", "marconi"), "harness.config._check_variants")
 BACKENDS = BACKEND_NAMES  # the backends registry (harness.backends.REGISTRY)
 ENGINE_VERSIONS = ("v0", "v1")
 SOURCES = ("twin", "hf")
@@ -258,7 +269,7 @@ def options(group: str, conf_dir: Path | None = None) -> list[str]:
 
 def _check_values(cfg: DictConfig, choices: dict[str, str]) -> None:
     """Enumerated values that a dataclass cannot express as types."""
-    checks = [("system", "name", SYSTEMS), ("backend", "name", tuple(_backends.REGISTRY)), ("dataset", "source", SOURCES),
+    checks = [("system", "name", SYSTEM_VALUES), ("backend", "name", tuple(_backends.REGISTRY)), ("dataset", "source", SOURCES),
               ("engine", "engine_version", ENGINE_VERSIONS)]
     for group, key, allowed in checks:
         value = cfg[group][key]
@@ -315,17 +326,55 @@ def compose_cell(overrides: list[str] | tuple[str, ...] = (), conf_dir: str | Pa
     choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items() if k in GROUPS}
     with _open(cfg):
         del cfg["hydra"]
-    check_cell(cfg, choices)
+    check_cell(cfg, choices, conf)
     return cfg
 
 
-def check_cell(cfg: DictConfig, choices: dict[str, str] | None = None) -> None:
-    """Every check of a composed cell, once, before any work: mandatory values, enumerated names
-    and value ranges (:func:`validate`). Raises :class:`ConfigError` naming the key."""
+def check_cell(cfg: DictConfig, choices: dict[str, str] | None = None, conf_dir: str | Path | None = None) -> None:
+    """Every check of a composed cell, once, before any work: mandatory values, enumerated names,
+    value ranges (:func:`validate`) and the study variants' needs (:func:`_check_variants`).
+    Raises :class:`ConfigError` naming the key."""
     choices = choices or {}
     _missing(cfg, choices)
     _check_values(cfg, choices)
     validate(cfg)
+    _check_variants(cfg, Path(conf_dir) if conf_dir else CONF_DIR)
+
+
+def _check_variants(cfg: DictConfig, conf: Path) -> None:
+    """The simulator's variants (harness/backends/sim/variants.py) and what each needs: a draft
+    model that names a model file, speculative tokens and an acceptance rate with it; the study-only
+    systems of jenga's registry and the variant keys on backend=sim only; ``per_model_split`` with a
+    draft model; ``marconi`` on a model with Mamba layers."""
+    e, system, backend = cfg.engine, str(cfg.system.name), str(cfg.backend.name)
+    draft = e.draft_model
+    if draft is not None:
+        if draft not in options("model", conf):
+            raise ConfigError(f"engine.draft_model={draft!r} is not a model; valid names: {options('model', conf)}")
+        if backend != "sim":
+            raise ConfigError(f"engine.draft_model={draft!r}: speculative decoding with a draft in the KV pool "
+                              f"is simulated by backend=sim only, not backend={backend}")
+        if not e.num_speculative_tokens:
+            raise ConfigError(f"engine.draft_model={draft!r} needs engine.num_speculative_tokens >= 1")
+        if e.spec_acceptance_rate is None:
+            raise ConfigError(f"engine.draft_model={draft!r} needs engine.spec_acceptance_rate (the fixed "
+                              "per-proposal acceptance probability, the artifact's --fixed-acceptance-rate)")
+    if not e.encoder_cache and (cfg.model.vision is None or cfg.model.vision.kind != "embedding"):
+        raise ConfigError(f"engine.encoder_cache=false (re-run the vision encoder per chunk) needs a model whose "
+                          f"vision embeddings are prompt tokens (model.vision.kind=embedding); model={cfg.model.name} "
+                          "has none")
+    if not e.encoder_cache and backend != "sim":
+        raise ConfigError(f"engine.encoder_cache=false (the vision-encoder re-run baseline) is simulated by "
+                          f"backend=sim only, not backend={backend}")
+    if system in STUDY_SYSTEM_NAMES and backend != "sim":
+        raise ConfigError(f"system.name={system!r} is a study variant simulated by backend=sim only, "
+                          f"not backend={backend}")
+    if system == "per_model_split" and draft is None:
+        raise ConfigError("system.name='per_model_split' (one KV cache per model of a speculative-decoding "
+                          "pair) needs engine.draft_model")
+    if system == "marconi" and cfg.model.mamba is None:
+        raise ConfigError(f"system.name='marconi' (Mamba-state checkpoint admission) needs a model with Mamba "
+                          f"layers; model.mamba is null for model={cfg.model.name}")
 
 
 # ------------------------------------------------------------------------------------ value ranges

@@ -1,10 +1,10 @@
 """The one list of systems: name -> manager factory and the metadata every part reads, and
 ``make_manager`` (docs/CONTRACTS.md §1).
 
-``harness.config`` (valid ``system=`` values), ``harness.backends.sim.cost`` (which systems ran on the
-artifact's uniform block manager), ``harness.backends.vllm_sched`` (hybrid manager on/off, keyed by these
-names) and the study drivers (spec decode, VLM embeddings, Mamba prefix) all derive their lists
-from :data:`REGISTRY`.
+``harness.config`` (valid ``system=`` values, the study variants' needs), ``harness.backends.sim.cost``
+(which systems ran on the artifact's uniform block manager), ``harness.backends.vllm_sched`` (hybrid
+manager on/off, keyed by these names) and ``harness.backends.sim.variants`` (options from the cost
+model, keyed by these names) all derive their lists from :data:`REGISTRY`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from jenga.jenga_manager import JengaManager
 
 @dataclass(frozen=True)
 class SystemInfo:
-    """One system. ``cell``: an ordinary cell system (``system=`` of ``harness.run``, fuzzed on every
-    spec mix); False for a study-only variant that needs particular specs or a study's workload
-    (spec-decode pairs, VLM embeddings, Mamba prefix caching). ``uniform_block_table``: one block
+    """One system. ``cell``: an ordinary cell system (fuzzed on every spec mix, run by the figures);
+    False for a study-only variant that needs particular specs or a study's workload (spec-decode
+    pairs, VLM embeddings, Mamba prefix caching). ``uniform_block_table``: one block
     table per sequence (vLLM's PagedAttention), as opposed to one per layer type/group."""
 
     factory: Callable[..., MemoryManager]
@@ -42,8 +42,10 @@ REGISTRY: dict[str, SystemInfo] = {
     "vllm_current": SystemInfo(VllmCurrent),
     "static_partition": SystemInfo(StaticPartition),
     "oracle": SystemInfo(Oracle),
-    # study-only variants (harness/studies/{specdec,vlm_embed,mamba_prefix}.py)
-    "per_model_split": SystemInfo(PerModelSplit, cell=False),
+    # study-only variants: ``system=`` values on backend=sim with what they model (per_model_split:
+    # engine.draft_model; marconi: a Mamba model; harness.config._check_variants)
+    # vLLM's spec decode: one block table serves both models (the same block count in each cache).
+    "per_model_split": SystemInfo(PerModelSplit, cell=False, uniform_block_table=True),
     "keep_embeddings": SystemInfo(KeepEmbeddingManager, cell=False),
     "marconi": SystemInfo(MarconiManager, cell=False),
 }

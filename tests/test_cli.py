@@ -144,13 +144,6 @@ def test_missing_file_wrong_kind_and_jobs_zero(tmp_path, capsys):
         micro.main([str(EXP / "window_sweep.yaml")])
     assert driver.main([str(_exp(tmp_path, "name: x\nkind: nope\ncells: [{model: m}]\n"))]) == 2
     assert "kind='nope' is not a study kind" in _errors(capsys)[0]
-    from harness.study import kinds
-
-    # A kind whose cells are not cached records yet refuses a launcher (none left once all are pipelines).
-    inline_only = [k.name for k in kinds.KINDS.values() if not k.pipeline]
-    if inline_only:
-        assert driver.main([str(EXP / f"{inline_only[0]}.yaml"), "--launcher", "slurm"]) == 2
-        assert "runs inline only" in _errors(capsys)[0]
     with pytest.raises(SystemExit) as e:
         experiment.main([str(EXP / "fig13.yaml"), "--jobs", "0"])
     assert e.value.code == 2
@@ -170,15 +163,14 @@ def test_overrides_after_a_flag_and_dry_run_lists_cached_cells(tmp_path, capsys)
 
 
 def test_study_driver_progress_and_dry_run(tmp_path, capsys):
-    from harness.studies import common
-
-    rows = common.parallel(lambda x: {"x": x}, [(1,), (2,), (3,)], 1, progress=True, desc="demo")
+    rows = cli.run_tasks(lambda x: {"x": x}, [(1,), (2,), (3,)], 1, "demo", True)
     assert rows == [{"x": 1}, {"x": 2}, {"x": 3}]
     err = capsys.readouterr().err
     assert "demo" in err and "3/3" in err
-    from harness.studies import specdec
+    from harness.study import driver
 
-    assert specdec.main([str(EXP / "specdec.yaml"), "--dry-run", "mode=smoke", "--out", str(tmp_path)]) == 0
+    assert driver.main([str(EXP / "specdec.yaml"), "--dry-run", "mode=smoke", "--out", str(tmp_path),
+                        f"out_dir={tmp_path / 'runs'}"]) == 0
     assert "(dry run: nothing ran)" in capsys.readouterr().out and not any(tmp_path.iterdir())
 
 
@@ -276,4 +268,4 @@ def test_study_entry_point_dry_runs_every_kind_family(capsys):
     assert driver.main([str(EXP / "lcm_churn.yaml"), "mode=smoke", "--dry-run"]) == 0
     assert "(dry run: nothing ran)" in capsys.readouterr().out
     assert driver.main([str(EXP / "specdec.yaml"), "mode=smoke", "seeds=0", "--dry-run"]) == 0
-    assert "tasks (dry run: nothing ran)" in capsys.readouterr().out
+    assert "3 cells:" in capsys.readouterr().out            # a study of variant cells: cached cells too

@@ -79,9 +79,12 @@ def test_fig_cells_carry_the_artifact_settings():
 
 @pytest.mark.parametrize("group", GROUPS)
 def test_every_group_option_composes(group):
-    # The whole model zoo is composed by tests/test_models.py; here the small groups.
+    # The whole model zoo is composed by tests/test_models.py; here the small groups. The study-only
+    # systems compose with what they model (tests/test_sim_variants.py: and refuse without it).
+    needs = {"per_model_split": ["engine.draft_model=llama3_2_1b_fp8", "engine.num_speculative_tokens=3",
+                                 "engine.spec_acceptance_rate=0.7"], "marconi": ["model=jamba_1_5_mini"]}
     for name in options(group) if group != "model" else ["llama3_2_11b_vision"]:
-        cfg = compose_cell([f"{group}={name}"])
+        cfg = compose_cell([f"{group}={name}", *(needs.get(name, []) if group == "system" else [])])
         assert cfg[group].name == name
 
 

@@ -81,4 +81,4 @@ def test_speculative_tokens_on_a_plain_sim_cell_is_refused(tmp_path):
     rec = run_overrides(["model=llama3_1_8b", "dataset=synthetic", "mode=smoke", f"out_dir={tmp_path}",
                          "engine.num_speculative_tokens=3"])
     assert rec["status"] == "failed"
-    assert "make specdec" in rec["error"]
+    assert "engine.draft_model" in rec["error"]

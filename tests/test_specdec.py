@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jenga
+from harness.backends.sim.engine import run_loop
 from harness.backends.sim.scheduler import SchedulerConfig
-from harness.backends.sim.specdec import SpecScheduler, accepted_tokens, make_pair_manager, spec_step_cost
-from harness.studies.common import run_loop
+from harness.backends.sim.specdec import SpecScheduler, accepted_tokens, spec_step_cost
 from harness.workloads.request import Request
 from jenga.baselines.per_model_split import PerModelSplit, pair_specs
 from jenga.spec import FullAttentionSpec, SlidingWindowSpec
@@ -61,11 +61,6 @@ def test_per_model_split_gives_both_models_the_same_block_count():
     assert mm.usage().per_type_allocated_bytes == {"target/uniform": 7 * 32768, "draft/uniform": 7 * 2048}
 
 
-def test_unknown_system_is_rejected_with_the_allowed_names():
-    with pytest.raises(ValueError, match="allowed"):
-        make_pair_manager("vllm", pair_specs(TARGET, DRAFT), 1 << 24)
-
-
 @pytest.mark.parametrize("p,steps", [(1.0, 3), (0.0, 9)])
 def test_spec_steps_emit_k_plus_one_or_one(p, steps):
     # Output 9: the prefill emits 1; p=1 -> decode steps emit 4 + 4; p=0 -> 8 steps of 1.
@@ -92,7 +87,7 @@ def test_lookahead_slots_allocated():
 @settings(max_examples=25, deadline=None)
 @given(p=st.floats(0.0, 1.0), out=st.integers(1, 40), seed=st.integers(0, 1000))
 def test_every_request_gets_exactly_its_output(p, out, seed):
-    mm = make_pair_manager("per_model_split", pair_specs(TARGET, DRAFT), 1 << 22)
+    mm = jenga.make_manager("per_model_split", pair_specs(TARGET, DRAFT), 1 << 22)
     reqs = [_req(i, 30 + 7 * i, out) for i in range(4)]
     sched = SpecScheduler(mm, CFG, reqs, k=3, acceptance=p, seed=seed)
     run_loop(sched, mm, lambda step: 1.0)

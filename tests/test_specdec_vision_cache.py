@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import jenga
 from harness.backends.sim.scheduler import Scheduled, SeqState
-from harness.backends.sim.vision_cache import encoder_tokens, make_vision_manager
+from harness.backends.sim.vision_cache import encoder_tokens
 from harness.workloads.request import Request
 from jenga.interface import ImageSpan
 from jenga.spec import FullAttentionSpec, VisionEmbeddingSpec
@@ -22,7 +23,7 @@ def _embedding_bytes(mm) -> int:
 
 
 def test_jenga_frees_consumed_embeddings_chunk_by_chunk():
-    mm = make_vision_manager("jenga", SPECS, 1 << 24)
+    mm = jenga.make_manager("jenga", SPECS, 1 << 24)
     page = 16 * 1024
     assert mm.allocate(REQ, 32)          # reaches the image: all 4 embedding pages made
     assert _embedding_bytes(mm) == 4 * page
@@ -35,7 +36,7 @@ def test_jenga_frees_consumed_embeddings_chunk_by_chunk():
 
 
 def test_keep_holds_embeddings_until_the_request_ends():
-    mm = make_vision_manager("keep", SPECS, 1 << 24)
+    mm = jenga.make_manager("keep_embeddings", SPECS, 1 << 24)
     for _ in range(4):
         assert mm.allocate(REQ, 32)
         assert _embedding_bytes(mm) == 4 * 16 * 1024
@@ -46,14 +47,9 @@ def test_keep_holds_embeddings_until_the_request_ends():
 
 
 def test_reencode_baseline_stores_no_embeddings():
-    mm = make_vision_manager("reencode", SPECS, 1 << 24)
+    mm = jenga.make_manager("vllm", SPECS, 1 << 24)  # the reencode baseline's pool
     assert mm.allocate(REQ, 128)
     assert _embedding_bytes(mm) == 0
-
-
-def test_unknown_vision_system():
-    with pytest.raises(ValueError, match="allowed"):
-        make_vision_manager("vllm", SPECS, 1 << 24)
 
 
 @pytest.mark.parametrize("c,n,once,again", [(0, 32, 64, 64), (32, 32, 0, 64), (64, 32, 0, 64), (96, 32, 0, 0),

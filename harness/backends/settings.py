@@ -59,6 +59,8 @@ class EngineSettings:
     request_rate: float
     num_speculative_tokens: int
     spec_acceptance_rate: float | None
+    draft_model: str | None
+    encoder_cache: bool
     full_prompt_admission: bool | None
     disable_async_output_proc: bool
 

@@ -40,22 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     return cli.guard(lambda: _main(argv))
 
 
-def _legacy_argv(args) -> list[str]:
-    """The command line of a kind that still parses its own (``harness.studies.*``)."""
-    argv = [args.experiment, *args.overrides, "--jobs", str(args.jobs)]
-    argv += ["--force"] * args.force + ["--dry-run"] * args.dry_run + ["--no-progress"] * args.no_progress
-    return argv + (["--out", args.out] if args.out else [])
-
-
 def _main(argv: list[str] | None) -> int:
     args = cli.parse(parser(), argv)
     study = cli.load_study_file(args.experiment, None)
     kind = kinds.kind_of(study, args.experiment)
-    if not kind.pipeline:
-        if args.launcher != "inline":
-            raise cli.UsageError(f"{args.experiment}: kind {kind.name!r} runs inline only (its cells are not "
-                                 "cached records yet); drop --launcher")
-        return importlib.import_module(kind.module).main(_legacy_argv(args))
     p, labels, overrides = kinds.plan_cells(args.experiment, study, args.overrides)
     cfgs = cli.check_cells(list(zip(labels, overrides)))
     if args.dry_run:
@@ -68,7 +56,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _run_sweep(args, p, overrides: list[list[str]]) -> int:
-    """A sweep kind (window, mix, ablation, lcm): run, then the kind's report module."""
+    """A kind planned by the sweep planner (every kind but figure): run, then the kind's report module."""
     t0 = time.perf_counter()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     records = run_cells(args, args.experiment, p.name, overrides)

@@ -5,8 +5,9 @@ A kind names the module that holds its axes (how the file expands into cells) an
 running (inline / joblib / Slurm), caching and resuming — is :mod:`harness.study`'s.
 
 ``pipeline`` kinds expand into ordinary cached cells (Hydra overrides of :func:`harness.run.run_cell`),
-so they run under any launcher. The three issue-6 studies specdec, vlm_embed and mamba_prefix
-still plan and run through their own modules (``harness.studies.*``; issue 10 item 2), inline only.
+so they run under any launcher: the figures, the sweeps, micro and the specdec, vlm_embed and
+mamba_prefix studies (their variants are sim cells picked by config keys,
+:mod:`harness.backends.sim.variants`).
 """
 
 from __future__ import annotations
@@ -23,21 +24,20 @@ class Kind:
     name: str
     module: str          # where the kind's axes and report live
     make: str            # the make target that runs its committed study file
-    pipeline: bool       # cells are ordinary cached cells (any launcher)
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("figure", "harness.experiment", "make reproduce-fig13 / reproduce-fig14", True),
-    Kind("window", "harness.sweeps.window", "make sweep-window", True),
-    Kind("mix", "harness.sweeps.mix", "make sweep-mix", True),
-    Kind("ablation", "harness.sweeps.ablation", "make ablation", True),
-    Kind("lcm", "harness.sweeps.lcm", "make lcm-churn", True),
-    Kind("micro", "harness.studies.micro", "make micro", True),
-    Kind("specdec", "harness.studies.specdec", "make specdec", False),
-    Kind("vlm_embed", "harness.studies.vlm_embed", "make vlm-embed", False),
-    Kind("mamba_prefix", "harness.studies.mamba_prefix", "make mamba-prefix", False),
+    Kind("figure", "harness.experiment", "make reproduce-fig13 / reproduce-fig14"),
+    Kind("window", "harness.sweeps.window", "make sweep-window"),
+    Kind("mix", "harness.sweeps.mix", "make sweep-mix"),
+    Kind("ablation", "harness.sweeps.ablation", "make ablation"),
+    Kind("lcm", "harness.sweeps.lcm", "make lcm-churn"),
+    Kind("micro", "harness.studies.micro", "make micro"),
+    Kind("specdec", "harness.studies.specdec", "make specdec"),
+    Kind("vlm_embed", "harness.studies.vlm_embed", "make vlm-embed"),
+    Kind("mamba_prefix", "harness.studies.mamba_prefix", "make mamba-prefix"),
 )}
-SWEEP_KINDS = ("window", "mix", "ablation", "lcm", "micro")
+SWEEP_KINDS = ("window", "mix", "ablation", "lcm", "micro", "specdec", "vlm_embed", "mamba_prefix")
 DEFAULT_KIND = "figure"   # a file without ``kind:`` is a figure experiment (contract §3: cells × systems)
 
 

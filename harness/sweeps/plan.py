@@ -7,7 +7,9 @@ A study file has the keys of an experiment file (``name``, ``description``, ``gp
 - ``base``: Hydra overrides every cell gets (a cell's own keys win);
 - ``axes``: ``{axis: {key: <override key>, values: [...]}}`` — the grid, a Cartesian product over
   the axes for every entry of ``cells``. A value is a scalar (set as ``key=value``) or a mapping
-  ``{label: ..., overrides: {...}}`` (several overrides under one label);
+  ``{label: ..., overrides: {...}}`` (several overrides under one label); overrides that name
+  ``system`` make that point run that one system instead of the ``systems`` list (a study's
+  variants: ``{label: marconi_lru, overrides: {system: marconi, system.options.flop_alpha: 0}}``);
 - ``smoke``: keys that replace the top-level ones when ``mode=smoke`` (a smaller grid for tests).
 
 Reserved keys of a ``cells`` entry: ``systems``, ``baseline``, ``label`` (the row's model label;
@@ -30,7 +32,7 @@ from omegaconf import OmegaConf
 
 DEFAULT_SEEDS = (0, 1, 2)
 CELL_RESERVED = ("systems", "baseline", "label", "only", "point", "seeds", "axes")
-KINDS = ("window", "mix", "ablation", "lcm", "micro")
+KINDS = ("window", "mix", "ablation", "lcm", "micro", "specdec", "vlm_embed", "mamba_prefix")
 
 
 @dataclass
@@ -144,8 +146,13 @@ def plan(path: str | Path, cli: list[str] = ()) -> SweepPlan:
                 ov.update(o)
             ov.update(own)
             params = {a: pt[0] for a, pt in zip(points, combo)}
+            systems = cell.get("systems") or study.get("systems", ["vllm", "jenga"])
+            if "system" in ov:
+                # An axis value (or cell) naming its own ``system``: a study variant (system plus
+                # keys, e.g. marconi + flop_alpha) that replaces the systems list for this point.
+                systems = [ov.pop("system")]
             cell_ov = [f"{k}={fmt(v)}" for k, v in ov.items()]
-            for system in cell.get("systems") or study.get("systems", ["vllm", "jenga"]):
+            for system in systems:
                 for seed in cell_seeds:
                     p.runs.append(SweepRun(label, params, system, seed, cell.get("baseline", study.get(
                         "baseline", "vllm")), [f"gpu={gpu}", *cell_ov, f"system={system}", f"seed={seed}", *extra]))

@@ -20,8 +20,9 @@ ROW_FIELDS = ("throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "tp
 PATHS = ("request_hit", "new_large", "evict_large", "steal", "any_free_small", "evict_small", "retry_tight")
 
 
-def rows(runs: list, records: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per run: model label, grid point, system, seed, status and the record's metrics."""
+def rows(runs: list, records: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """One row per run: model label, grid point, system, seed, status and the record's metrics
+    (:data:`ROW_FIELDS`, then the record fields named in ``extra``: a study's own metrics)."""
     out = []
     for run, rec in zip(runs, records):
         row = {"model": run.model, **run.params, "system": run.system, "baseline": run.baseline,
@@ -32,6 +33,8 @@ def rows(runs: list, records: list[dict[str, Any]]) -> pd.DataFrame:
                "reused": bool(rec.get("reused"))}
         for f in ROW_FIELDS:
             row[f] = rec.get(f)
+        for f in extra:
+            row.setdefault(f, rec.get(f))
         wb = rec.get("waste_breakdown") or {}
         row["waste_unneeded"], row["waste_fragmentation"] = wb.get("unneeded"), wb.get("fragmentation")
         pc = rec.get("path_counts") or {}

@@ -11,9 +11,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import jenga
 from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.sim import variants
 from harness.backends.sim.cost import CostModel, block_manager_of, profile_tokens
 from harness.backends.sim.scheduler import Scheduler, SchedulerConfig
+from harness.backends.sim.variants import step_time_hook
 from harness.config import ENGINE_VERSIONS
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
@@ -45,11 +48,11 @@ def scheduler_config(engine, profile: ModelProfile, system: str | None = None) -
         full_prompt_admission=mixed and bool(system == "vllm_current" if full_isl is None else full_isl))
 
 
-def make_manager(system: str, profile: ModelProfile, capacity: int, engine, options: dict | None):
-    import jenga
-
+def make_manager(system: str, profile: ModelProfile, capacity: int, engine, options: dict | None,
+                 specs=None):
+    """The cell's memory manager over ``specs`` (default: the model's layer types)."""
     engine = EngineSettings.of(engine)
-    return jenga.make_manager(system, list(profile.specs), capacity,
+    return jenga.make_manager(system, list(profile.specs if specs is None else specs), capacity,
                               tokens_per_page=int(engine.tokens_per_page),
                               enable_prefix_cache=bool(engine.enable_prefix_caching),
                               **dict(options or {}))
@@ -71,20 +74,11 @@ StepCost = Callable[[list], float]
 Complete = Callable[[list, float], None]
 
 
-def step_time_hook(cost: CostModel, cross_attention: bool = False) -> StepCost:
-    """The default step cost: the step-time model over the scheduled batch."""
-    def step_cost(step: list) -> float:
-        return cost.step_time([(s.num_new_tokens, s.context_before, s.image_tokens_encoded,
-                                s.seq.req.num_image_tokens if cross_attention else 0) for s in step])
-    return step_cost
-
-
 def run_loop(sched: Scheduler, mm, step_cost: StepCost, complete: Complete | None = None,
              max_steps: int = 10_000_000) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The discrete-event loop. ``step_cost`` prices a scheduled step and ``complete`` finishes it
-    (default ``sched.complete``): the hooks let studies (speculative decoding, vision-encoder
-    re-runs, Marconi admission) reuse this loop instead of copying it. Returns the per-step trace
-    and the step aggregates."""
+    (default ``sched.complete``); :func:`run_cell` fills both from the cell's variant
+    (:mod:`harness.backends.sim.variants`). Returns the per-step trace and the step aggregates."""
     complete = complete or sched.complete
     now = min((s.req.arrival_time for s in sched.seqs), default=0.0)
     trace: list[dict[str, Any]] = []
@@ -174,30 +168,32 @@ def loop_metrics(sched: Scheduler, trace: list[dict], agg: dict, capacity: int) 
 
 
 def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
-    """Simulate one cell (contract §4)."""
+    """Simulate one cell (contract §4): the manager, scheduler and step cost its config picks
+    (:func:`harness.backends.sim.variants.build`) in the one loop (:func:`run_loop`)."""
     # Resolved once here and handed to the cost model, the manager and the scheduler.
     engine, gpu = EngineSettings.of(cfg.engine), GpuSettings.of(cfg.gpu)
     system = str(cfg.system.name)
-    if int(engine.num_speculative_tokens or 0) > 0:
-        # Speculative decoding needs a draft model in the pool and a verify step; only the
-        # specdec study builds those. Refuse rather than silently simulating plain decoding.
-        raise ValueError("engine.num_speculative_tokens > 0 is simulated only by `make specdec` "
-                         "(harness/studies/specdec.py, draft + target in one pool); a single "
-                         "backend=sim cell does not model speculative decoding")
+    if int(engine.num_speculative_tokens or 0) > 0 and not engine.draft_model:
+        # Speculative decoding needs a draft model in the pool; refuse rather than silently
+        # simulating plain decoding.
+        raise ValueError("engine.num_speculative_tokens > 0 needs engine.draft_model (a model name, e.g. "
+                         "gemma2_2b): backend=sim simulates speculative decoding with the draft in the KV pool")
     # The fork a system ran on decides v0's per-step block-table work (cost.InputPrep).
-    cost = CostModel(profile, gpu, engine, block_manager=block_manager_of(system))
-    capacity = cost.kv_capacity_bytes()
-    mm = make_manager(system, profile, capacity, engine, system_options(cfg.system, engine))
+    v = variants.build(cfg, profile, engine, gpu, system, block_manager_of(system))
+    cost, capacity = v.cost, v.capacity
+    mm = make_manager(system, profile, capacity, engine, {**system_options(cfg.system, engine),
+                                                          **v.manager_options}, specs=v.specs)
     sched_cfg = scheduler_config(engine, profile, system)
-    cross = profile.vision is not None and profile.vision.cross_attention
-    sched, trace, agg = simulate(mm, cost, sched_cfg, requests, cross_attention=cross)
+    sched = v.make_scheduler(mm, sched_cfg, [r.fresh_copy() for r in requests])
+    trace, agg = run_loop(sched, mm, v.step_cost)
     final = mm.usage()
-    geom = page_geometry(list(profile.specs), int(engine.tokens_per_page))
+    geom = page_geometry(list(v.specs), int(engine.tokens_per_page))
     metrics = loop_metrics(sched, trace, agg, capacity)
     metrics.update({"kv_capacity_pages": capacity // geom.large_page_bytes,
                     "path_counts": dict(final.path_counts)})
+    metrics.update(v.extra_metrics(sched, mm, trace, requests))
     meta = {"simulated": True, "allocator": type(mm).__name__, "scheduler": vars(sched_cfg),
             "activation_peak_bytes": cost.activation_peak_bytes(), "tensor_parallel": cost.tp,
             "large_page_bytes": geom.large_page_bytes, "engine_overhead": vars(cost.overhead),
-            "block_manager": cost.block_manager, "gpu_efficiency": cost.efficiency}
+            "block_manager": cost.block_manager, "gpu_efficiency": cost.efficiency, "variants": v.names}
     return RunResult(metrics=metrics, trace=trace, meta=meta)

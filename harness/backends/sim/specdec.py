@@ -1,8 +1,9 @@
 """Speculative decoding in the sim: a draft and a target model sharing one KV pool (paper §7.4).
 
+A cell runs it with ``engine.draft_model`` set (harness/backends/sim/variants.py picks these hooks).
 Memory: the draft's and the target's layer types are one spec list, names prefixed ``draft/`` and
-``target/`` (:func:`jenga.baselines.per_model_split.pair_specs`), so any manager serves both models of a request with one
-``allocate``. Systems:
+``target/`` (:func:`jenga.baselines.per_model_split.pair_specs`), so any manager serves both models
+of a request with one ``allocate``. The study's systems (experiments/specdec.yaml):
 
 - ``jenga``: one LCM pool over both models' types (per-type freeing, no per-model split);
 - ``max_page``: one pool, every type's page padded to the largest;
@@ -25,19 +26,7 @@ import numpy as np
 
 from harness.backends.sim.scheduler import Scheduled, Scheduler
 from jenga.baselines.per_model_split import PerModelSplit, pair_specs
-from jenga.registry import check_system_names, make_manager
-from jenga.spec import LayerTypeSpec, SpecError
-
-# The spec-decode study's systems, all registry names (per_model_split: jenga/baselines/per_model_split.py).
-SYSTEMS = ("per_model_split", "max_page", "jenga")
-check_system_names(SYSTEMS, "harness.backends.sim.specdec.SYSTEMS")
-
-
-def make_pair_manager(system: str, specs: list[LayerTypeSpec], capacity: int, tokens_per_page: int = 16):
-    """The memory manager of ``system`` (one of :data:`SYSTEMS`) over both models' specs."""
-    if system not in SYSTEMS:
-        raise ValueError(f"spec-decode system {system!r}; allowed: {list(SYSTEMS)}")
-    return make_manager(system, specs, capacity, tokens_per_page=tokens_per_page)
+from jenga.spec import SpecError
 
 
 def accepted_tokens(rng: np.random.Generator, k: int, p: float) -> int:
@@ -141,5 +130,4 @@ def pool_capacity(target_cost, draft_cost, draft_profile, engine) -> int:
     return cap
 
 
-__all__ = ["PerModelSplit", "SpecScheduler", "accepted_tokens", "make_pair_manager",
-           "pair_specs", "pool_capacity", "spec_step_cost"]
+__all__ = ["PerModelSplit", "SpecScheduler", "accepted_tokens", "pair_specs", "pool_capacity", "spec_step_cost"]
