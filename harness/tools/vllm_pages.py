@@ -194,17 +194,23 @@ def spec_counts(specs: dict) -> dict[str, int]:
     return counts
 
 
-def config_check(profile: ModelProfile, block_size: int = 32, control: ModelProfile | None = None) -> dict:
+def config_check(profile: ModelProfile, block_size: int = 32) -> dict:
     """vLLM's specs for the written config.json against the specs :mod:`harness.backends.vllm.plan`
-    derives from the profile, layer by layer: ``{"mismatches": [...], "counts": {...}}``; with
-    ``control`` (a profile whose layer pattern differs) also ``control_mismatches``, which must
-    not be empty (the comparison can fail)."""
+    derives from the profile, layer by layer: ``{"mismatches": [...], "counts": {...}}``.
+
+    Negative control (``control_mismatches``): the same vLLM specs against the profile with its
+    layer pattern shifted by one layer must differ, or the comparison could pass vacuously (None
+    for a model with one layer kind, where a shift changes nothing)."""
+    import dataclasses
+
     from harness.backends.vllm.plan import vllm_layer_specs
     got = written_config_specs(profile, block_size)
     out = {"model": profile.name, "layers": len(got), "counts": spec_counts(got),
-           "mismatches": diff_specs(got, vllm_layer_specs(profile, block_size))}
-    if control is not None:
-        out["control_mismatches"] = diff_specs(got, vllm_layer_specs(control, block_size))
+           "mismatches": diff_specs(got, vllm_layer_specs(profile, block_size)), "control_mismatches": None}
+    kinds = profile.layer_kinds
+    if kinds[1:] + kinds[:1] != kinds:
+        shifted = dataclasses.replace(profile, layer_kinds=kinds[1:] + kinds[:1])
+        out["control_mismatches"] = diff_specs(got, vllm_layer_specs(shifted, block_size))
     return out
 
 
@@ -233,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                   ", ".join(f"{n} x {k}" for k, n in sorted(r["counts"].items())) + ")"))
         if a.json:
             a.json.write_text(json.dumps(results, indent=1))
-        return 1 if any(r["mismatches"] for r in results) else 0
+        return 1 if any(r["mismatches"] or r["control_mismatches"] == [] for r in results) else 0
     budget = int(a.budget_gib * 2**30)
     rows: list[GeometryRow] = []
     cache: dict = {}
