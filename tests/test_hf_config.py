@@ -172,3 +172,14 @@ def test_tiny_llama4_is_dense_and_moe_interleaved():
     assert (cfg["bos_token_id"], cfg["eos_token_id"], cfg["pad_token_id"]) == (1, 2, 0)  # inside the tiny vocab
     dense = hf_config_dict(dataclasses.replace(tiny_llama4_profile(), num_experts=0))
     assert dense["interleave_moe_layer_step"] == 0 and dense["moe_layers"] == []
+
+
+def test_gpu_fig14_hands_llama4_to_vllm_where_8_gpus_are_visible():
+    from harness.backends.vllm.fig14 import build
+    exp, skipped = build("h100", 8)
+    cells = {c["model"]: c for c in exp["cells"]}
+    assert cells["llama4_scout"]["systems"] == ["vllm", "hybrid_groups", "jenga"]
+    assert cells["llama4_scout"]["gpu.count"] == 8
+    assert not any(s.startswith("llama4_scout") for s in skipped)
+    exp, skipped = build("h100", 1)
+    assert "llama4_scout: needs 8 GPUs (tensor parallel), 1 visible" in skipped
