@@ -215,7 +215,7 @@ def _llama4_text(profile: ModelProfile) -> dict:
     n = len(profile.layer_kinds)
     if profile.num_experts > 0:
         period, offset = int(moe.get("expert_layer_period", 1)), int(moe.get("expert_layer_offset", 0))
-        if offset != period - 1 and not (period == 1 and offset == 0):
+        if offset != period - 1:
             raise HFConfigError(
                 f"model {profile.name!r}: MoE every {period} layers from layer {offset}; vLLM's Llama 4 puts "
                 f"MoE on layers i with (i + 1) % interleave_moe_layer_step == 0 (offset = period - 1). "
