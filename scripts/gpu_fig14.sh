@@ -35,6 +35,11 @@ if [[ " ${ARGS[*]:-} " != *" --dry-run "* ]] && ! nvidia-smi -L >/dev/null 2>&1;
   exit 2
 fi
 export HF_HUB_OFFLINE=1
+# Llama 4's chunked local attention: vLLM turns its hybrid KV cache manager off for it when this is 0
+# (vllm/config/vllm.py, "latency regression" warning); 1 is vLLM 0.32's default, pinned here so
+# system=hybrid_groups really runs the hybrid manager on the Llama 4 cell (the record says so:
+# hybrid_kv_cache_manager_in_effect).
+export VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=${VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE:-1}
 if [[ " ${ARGS[*]:-} " != *" --dry-run "* && "${PLUGIN_CHECK:-1}" == "1" ]]; then
   mkdir -p results/fig14_vllm
   # The plugin vs stock vLLM (hybrid manager on/off), random-weight tiny models, greedy, logprobs.

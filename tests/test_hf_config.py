@@ -88,9 +88,98 @@ def test_every_zoo_model_either_writes_or_says_why(tmp_path):
         written.append(name)
         assert cfg["num_hidden_layers"] == len(prof.layer_kinds)
         assert cfg["num_key_value_heads"] == prof.num_kv_heads and cfg["head_dim"] == prof.head_dim
-    assert {"llama3_1_8b", "gemma2_9b", "gemma3_12b", "ministral_8b", "jamba_1_5_mini"} <= set(written)
+    assert {"llama3_1_8b", "gemma2_9b", "gemma3_12b", "ministral_8b", "jamba_1_5_mini", "llama4_scout"} <= set(written)
 
 
 def test_qwen_with_per_layer_windows_is_refused():
     with pytest.raises(HFConfigError, match="per-layer sliding windows"):
         hf_config_dict(tiny_profile(architecture="Qwen2ForCausalLM"))
+
+
+# -- Llama 4 Scout ----------------------------------------------------------------------------------
+
+def _scout():
+    return load_profile(compose_cell(["model=llama4_scout"]).model)
+
+
+def test_scout_text_config_has_the_zoo_shapes_and_layer_pattern():
+    prof = _scout()
+    cfg = hf_config_dict(prof)
+    assert cfg["architectures"] == ["Llama4ForCausalLM"] and cfg["model_type"] == "llama4_text"
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"],
+            cfg["num_key_value_heads"], cfg["head_dim"]) == (48, 5120, 40, 8, 128)
+    # vLLM's Llama4Attention: no_rope_layers[i] == 0 -> NoPE full attention, else chunked local
+    assert cfg["no_rope_layers"] == [1, 1, 1, 0] * 12
+    assert [("full" if r == 0 else "chunked") for r in cfg["no_rope_layers"]] == list(prof.layer_kinds)
+    assert cfg["attention_chunk_size"] == 8192
+    # 16 routed experts top-1 + shared expert on every layer; dense width for intermediate_size_mlp
+    assert (cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg["interleave_moe_layer_step"]) == (16, 1, 1)
+    assert cfg["moe_layers"] == list(range(48))
+    assert (cfg["intermediate_size"], cfg["intermediate_size_mlp"]) == (8192, 16384)
+    assert cfg["rope_theta"] == 500000.0 and cfg["rope_scaling"]["rope_type"] == "llama3"
+    assert cfg["rope_scaling"]["factor"] == 16.0 and cfg["max_position_embeddings"] == 10485760
+    assert cfg["vocab_size"] == 202048 and cfg["torch_dtype"] == "bfloat16"
+
+
+def test_scout_published_layout_wraps_the_same_text_config():
+    prof = _scout()
+    served, published = hf_config_dict(prof), hf_config_dict(prof, multimodal=True)
+    assert published["architectures"] == ["Llama4ForConditionalGeneration"] and published["model_type"] == "llama4"
+    assert {"architectures": ["Llama4ForCausalLM"], **published["text_config"],
+            "jenga_harness_profile": prof.name} == served
+    vis = published["vision_config"]
+    assert (vis["model_type"], vis["hidden_size"], vis["num_hidden_layers"], vis["vision_output_dim"]) == (
+        "llama4_vision_model", 1408, 34, 4096)
+    with pytest.raises(HFConfigError, match="Llama 4 only"):
+        hf_config_dict(tiny_profile(), multimodal=True)
+
+
+def test_nope_layers_follow_the_profile_not_an_interval():
+    prof = _scout()
+    kinds = ("full",) + prof.layer_kinds[1:]  # one more full layer, off the every-4th pattern
+    cfg = hf_config_dict(dataclasses.replace(prof, layer_kinds=kinds))
+    assert cfg["no_rope_layers"][:4] == [0, 1, 1, 0]
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"moe": {"num_experts": 16, "experts_per_token": 1, "expert_layer_period": 2, "expert_layer_offset": 0,
+              "shared_expert": True}}, "offset = period - 1"),
+    ({"moe": {"num_experts": 16, "experts_per_token": 1, "shared_expert": False}}, "shared expert"),
+])
+def test_llama4_moe_layouts_vllm_cannot_build_are_refused(change, needle):
+    prof = _scout()
+    with pytest.raises(HFConfigError, match=needle) as e:
+        hf_config_dict(dataclasses.replace(prof, extra={**prof.extra, **change}))
+    assert "backend=sim" in str(e.value)
+
+
+def test_llama4_needs_one_chunk_size_and_only_llama4_writes_chunks():
+    from jenga.spec import ChunkedLocalSpec
+    prof = _scout()
+    two = tuple(s if not isinstance(s, ChunkedLocalSpec) else dataclasses.replace(s, num_layers=18, num_compute_layers=18)
+                for s in prof.specs) + (ChunkedLocalSpec("chunked2", 18, 4096, chunk=4096),)
+    with pytest.raises(HFConfigError, match="one attention_chunk_size"):
+        hf_config_dict(dataclasses.replace(prof, specs=two))
+    with pytest.raises(HFConfigError, match="written only as a Llama 4 config"):
+        hf_config_dict(dataclasses.replace(prof, architecture="LlamaForCausalLM"))
+
+
+def test_tiny_llama4_is_dense_and_moe_interleaved():
+    from harness.backends.vllm.tiny import tiny_llama4_profile
+    cfg = hf_config_dict(tiny_llama4_profile())
+    assert cfg["no_rope_layers"] == [1, 1, 1, 0, 1] and cfg["attention_chunk_size"] == 256
+    assert cfg["interleave_moe_layer_step"] == 2 and cfg["moe_layers"] == [1, 3]  # vLLM: (i + 1) % 2 == 0
+    assert (cfg["bos_token_id"], cfg["eos_token_id"], cfg["pad_token_id"]) == (1, 2, 0)  # inside the tiny vocab
+    dense = hf_config_dict(dataclasses.replace(tiny_llama4_profile(), num_experts=0))
+    assert dense["interleave_moe_layer_step"] == 0 and dense["moe_layers"] == []
+
+
+def test_gpu_fig14_hands_llama4_to_vllm_where_8_gpus_are_visible():
+    from harness.backends.vllm.fig14 import build
+    exp, skipped = build("h100", 8)
+    cells = {c["model"]: c for c in exp["cells"]}
+    assert cells["llama4_scout"]["systems"] == ["vllm", "hybrid_groups", "jenga"]
+    assert cells["llama4_scout"]["gpu.count"] == 8
+    assert not any(s.startswith("llama4_scout") for s in skipped)
+    exp, skipped = build("h100", 1)
+    assert "llama4_scout: needs 8 GPUs (tensor parallel), 1 visible" in skipped

@@ -76,3 +76,12 @@ def test_jamba_attention_block_is_raised_to_cover_the_mamba_state(rows):
     attn_layer_token = next(s for s in prof.specs if s.kind == "full").bytes_per_token_per_layer
     assert attn == [16 * math.ceil(mamba_layer / (16 * attn_layer_token))]
     assert on.agree
+
+
+def test_llama4_scout_chunked_and_full_groups(rows):
+    # 36 chunked-local + 12 full layers of equal pages: vLLM deals them into 4 groups of 12, and with
+    # the hybrid manager off promotes every layer to full attention in one group
+    _, (off, on) = rows["llama4_scout"]
+    assert sorted(on.vllm_groups) == sorted([("ChunkedLocalAttentionSpec", 16, 12)] * 3 + [("FullAttentionSpec", 16, 12)])
+    assert off.vllm_groups == [("FullAttentionSpec", 16, 48)]
+    assert on.agree and off.agree

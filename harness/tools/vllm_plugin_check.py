@@ -1,13 +1,18 @@
 """``make plugin-check``: the real vLLM engine with and without the jenga_vllm plugin, bit for bit.
 
-Two tiny hybrid checkpoints with *random* weights written to safetensors (vLLM's dummy loader
+Three tiny hybrid checkpoints with *random* weights written to safetensors (vLLM's dummy loader
 draws weights of about ±1e-3, which makes attention nearly irrelevant, so equal outputs under it
 would prove little):
 
 - ``llama_swa``: Llama with ``layer_types`` -- 3 sliding-window (256) + 2 full layers. The counts do
   not divide, so vLLM's hybrid manager pads a group while the plugin's page-layer small pages are
   3 and 2 layer pages (ratios 2 and 3 per large page);
-- ``gemma2``: Gemma-2 (attention and final logit softcaps, query_pre_attn_scalar) -- 2 sliding + 1 full.
+- ``gemma2``: Gemma-2 (attention and final logit softcaps, query_pre_attn_scalar) -- 2 sliding + 1 full;
+- ``llama4_chunked``: Llama 4 text (``Llama4ForCausalLM``, config.json from the harness's own writer)
+  -- 4 RoPE layers with chunked local attention (256-token chunks) + 1 NoPE full layer, MoE with a
+  shared expert on every 2nd layer. A control arm serves the same weights with chunking off
+  (``attention_chunk_size`` unset) under stock vLLM and must change every sequence: the 400-token
+  prompts cross a chunk boundary, so this shows vLLM's CPU backend really ran chunked attention.
 
 Each is served greedily (``logprobs=1``, fp32, prefix caching on) by four engines in this one
 process: stock vLLM with the hybrid manager on (``hma_on``), off (``hma_off``), the plugin
@@ -17,11 +22,12 @@ waves sharing a 256-token prefix (prefix hits), a repeat of two prompts, then lo
 new prompts that take over large pages the earlier waves left cached (large pages move between
 types through jenga's large-page LRU eviction).
 
-    python -m harness.tools.vllm_plugin_check [--json PATH] [--models llama_swa gemma2]
+    python -m harness.tools.vllm_plugin_check [--json PATH] [--models llama_swa gemma2 llama4_chunked]
 
 prints ``plugin-check: N/N sequences identical to HMA on, N/N to HMA off; broken layout changed
 K/K; large pages moved between types: R`` and exits non-zero on any mismatch, on a broken layout
-that changes nothing, on no prefix hit through the plugin or on no large page moving.
+that changes nothing, on no prefix hit through the plugin, on no large page moving or on a
+chunking control that changes nothing.
 """
 
 from __future__ import annotations
@@ -45,7 +51,59 @@ MODELS = {
                                                    "sliding_attention", "full_attention"]},
     "gemma2": {"arch": "gemma2", "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
                "long": False},
+    # Llama 4 text (harness.backends.vllm.tiny.tiny_llama4_profile, config from hf_config): chunked local
+    # attention (256-token chunks) on RoPE layers + a NoPE full layer, Scout's MoE with a shared expert.
+    "llama4_chunked": {"arch": "llama4", "long": False, "chunk_control": True},
 }
+
+
+def write_random_llama4(directory: Path, seed: int = 0, chunk: int | None = None) -> Path:
+    """The tiny Llama-4 text model: ``config.json`` from the harness's own writer (the file
+    ``backend=vllm`` would hand vLLM) and random weights under vLLM's Llama 4 names (per-expert
+    ``experts.{e}.{gate,up,down}_proj``, ``router``, ``shared_expert``). ``chunk=0``: the same weights
+    with ``attention_chunk_size`` unset (every layer full attention): the chunking control."""
+    import torch
+    from safetensors.torch import save_file
+
+    from harness.backends.vllm.hf_config import hf_config_dict
+    from harness.backends.vllm.tiny import tiny_llama4_profile
+    cfg = hf_config_dict(tiny_llama4_profile())
+    if chunk is not None:
+        cfg["attention_chunk_size"] = chunk or None
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(cfg, indent=1))
+    g = torch.Generator().manual_seed(seed)
+    hidden, heads, kv, hd = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+
+    def lin(o: int, i: int, scale: float = 1.0):
+        return (torch.randn(o, i, generator=g) * scale / i ** 0.5).contiguous()
+
+    def mlp(prefix: str, inter: int) -> None:
+        w[prefix + "gate_proj.weight"] = lin(inter, hidden)
+        w[prefix + "up_proj.weight"] = lin(inter, hidden)
+        w[prefix + "down_proj.weight"] = lin(hidden, inter)
+
+    w = {"model.embed_tokens.weight": torch.randn(cfg["vocab_size"], hidden, generator=g),
+         "model.norm.weight": torch.ones(hidden), "lm_head.weight": lin(cfg["vocab_size"], hidden)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        # Sharp attention (q, k scaled up; RoPE layers also L2-normalise q and k) so which tokens a
+        # layer reads changes its output.
+        w[p + "self_attn.q_proj.weight"] = lin(heads * hd, hidden, 3.0)
+        w[p + "self_attn.k_proj.weight"] = lin(kv * hd, hidden, 3.0)
+        w[p + "self_attn.v_proj.weight"] = lin(kv * hd, hidden)
+        w[p + "self_attn.o_proj.weight"] = lin(hidden, heads * hd)
+        w[p + "input_layernorm.weight"] = torch.ones(hidden)
+        w[p + "post_attention_layernorm.weight"] = torch.ones(hidden)
+        if i in cfg["moe_layers"]:
+            w[p + "feed_forward.router.weight"] = lin(cfg["num_local_experts"], hidden, 3.0)
+            mlp(p + "feed_forward.shared_expert.", cfg["intermediate_size"])
+            for e in range(cfg["num_local_experts"]):
+                mlp(p + f"feed_forward.experts.{e}.", cfg["intermediate_size"])
+        else:
+            mlp(p + "feed_forward.", cfg["intermediate_size_mlp"])
+    save_file(w, str(directory / "model.safetensors"))
+    return directory
 
 
 def write_random_checkpoint(name: str, directory: Path, seed: int = 0) -> Path:
@@ -53,6 +111,8 @@ def write_random_checkpoint(name: str, directory: Path, seed: int = 0) -> Path:
     import torch
     from safetensors.torch import save_file
     spec = MODELS[name]
+    if spec["arch"] == "llama4":
+        return write_random_llama4(directory, seed)
     gemma = spec["arch"] == "gemma2"
     n = len(spec["layer_types"])
     cfg = {"architectures": ["Gemma2ForCausalLM" if gemma else "LlamaForCausalLM"],
@@ -113,7 +173,7 @@ def prompts(long: bool = True) -> list[list[list[int]]]:
     return waves
 
 
-def run_engine(model_dir: Path, mode: str, kv_bytes: int, out_len: int = 24) -> dict:
+def run_engine(model_dir: Path, mode: str, kv_bytes: int, out_len: int = 24, long: bool | None = None) -> dict:
     import time
     t0 = time.perf_counter()
     os.environ["JENGA_VLLM"] = "1" if mode.startswith("jenga") else "0"
@@ -127,7 +187,7 @@ def run_engine(model_dir: Path, mode: str, kv_bytes: int, out_len: int = 24) -> 
     sp = SamplingParams(max_tokens=out_len, min_tokens=out_len, ignore_eos=True, detokenize=False,
                         temperature=0.0, logprobs=1)
     tokens, logprobs = [], []
-    for wave in prompts(long=MODELS[model_dir.name].get("long", True)):
+    for wave in prompts(long=MODELS[model_dir.name].get("long", True) if long is None else long):
         for o in llm.generate([TokensPrompt(prompt_token_ids=p) for p in wave], sp, use_tqdm=False):
             out = o.outputs[0]
             tokens.append(list(out.token_ids))
@@ -174,15 +234,16 @@ def check(models: list[str], kv_bytes: int = KV_BYTES) -> dict:
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # stdout keeps only the summary line
     require_vllm()  # VLLM_TARGET_DEVICE (cpu unless a GPU is visible), HF_HUB_OFFLINE
     with tempfile.TemporaryDirectory(prefix="jenga_plugin_check_") as tmp:
-        runs = {}
+        runs, failed = {}, {}
         for name in models:
-            d = write_random_checkpoint(name, Path(tmp) / name)
-            runs[name] = {}
-            for m in MODES:
-                runs[name][m] = run_engine(d, m, kv_bytes)
-                print(f"[plugin-check] {name} {m}: groups {runs[name][m]['groups']}, "
-                      f"prefix hits {runs[name][m]['prefix_hit_tokens']}, {runs[name][m]['wall_s']} s", file=sys.stderr, flush=True)
+            try:
+                runs[name] = _run_model(name, Path(tmp), kv_bytes)
+            except Exception as e:  # noqa: BLE001 -- one model's failure (e.g. a kernel a GPU build lacks)
+                # must not lose the others' results; it fails the check and is named in the JSON.
+                failed[name] = f"{type(e).__name__}: {str(e)[:500]}"
+                print(f"[plugin-check] {name} FAILED: {failed[name]}", file=sys.stderr, flush=True)
     n = on = off = broken = moved = hits = 0
+    control_ok = True
     detail = {}
     for name, r in runs.items():
         ref = r["jenga"]
@@ -198,10 +259,33 @@ def check(models: list[str], kv_bytes: int = KV_BYTES) -> dict:
                         "differ_hma_on": x_on, "differ_hma_off": x_off, "broken_changed": k - s_br,
                         "broken_max_dlogprob": d_br, "prefix_hit_tokens": {m: r[m]["prefix_hit_tokens"] for m in MODES},
                         "groups": {m: r[m]["groups"] for m in MODES}, "jenga": ref["jenga"]}
+        if "unchunked" in r:
+            s_un, d_un, _ = compare(r["unchunked"], r["hma_on"])
+            detail[name].update(chunk_control_changed=k - s_un, chunk_control_max_dlogprob=d_un)
+            control_ok = control_ok and s_un == 0
     line = (f"plugin-check: {on}/{n} sequences identical to HMA on, {off}/{n} to HMA off; "
             f"broken layout changed {broken}/{n}; large pages moved between types: {moved}")
-    ok = on == n and off == n and broken == n and moved > 0 and hits > 0
+    ok = on == n and off == n and broken == n and moved > 0 and hits > 0 and control_ok and not failed
+    detail.update({name: {"error": err} for name, err in failed.items()})
     return {"line": line, "ok": ok, "prefix_hit_tokens_jenga": hits, "models": detail}
+
+
+def _run_model(name: str, tmp: Path, kv_bytes: int) -> dict:
+    """Every arm for one model (plus the chunking control where the model has one)."""
+    d = write_random_checkpoint(name, tmp / name)
+    runs = {}
+    for m in MODES:
+        runs[m] = run_engine(d, m, kv_bytes)
+        print(f"[plugin-check] {name} {m}: groups {runs[m]['groups']}, "
+              f"prefix hits {runs[m]['prefix_hit_tokens']}, {runs[m]['wall_s']} s", file=sys.stderr, flush=True)
+    if MODELS[name].get("chunk_control"):
+        # Control: the same weights with chunking off must answer differently (prompts are longer
+        # than a chunk), else identity would not show that chunked attention ran at all.
+        dc = write_random_llama4(tmp / f"{name}_unchunked", chunk=0)
+        runs["unchunked"] = run_engine(dc, "hma_on", kv_bytes, long=MODELS[name].get("long", True))
+        print(f"[plugin-check] {name} unchunked control (hma_on): groups {runs['unchunked']['groups']}, "
+              f"{runs['unchunked']['wall_s']} s", file=sys.stderr, flush=True)
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:

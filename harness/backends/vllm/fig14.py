@@ -5,10 +5,13 @@ serve from a written ``config.json`` with dummy weights and that fit the visible
 each with the hybrid KV cache manager off (``system=vllm``), on (``system=hybrid_groups``) and
 with the jenga_vllm plugin (``system=jenga``: jenga/'s LCM allocator inside the engine). Mamba
 hybrids cannot start with the hybrid manager off and the plugin refuses them (vLLM zeroes and
-copies Mamba blocks over one flat id space), so Jamba runs ``hybrid_groups`` only. Cells vLLM cannot serve are listed with the reason (Llama-3.2-Vision: not served since
-vLLM 0.11; character.ai: cross-layer KV sharing; PyramidKV: token dropping; Llama 4: chunked
-attention config not written here). The generated experiment file and the summary go to
-``results/fig14_vllm/`` (never over the simulator's reference outputs).
+copies Mamba blocks over one flat id space), so Jamba runs ``hybrid_groups`` only. Llama 4 Scout
+(TP 8) is handed to vLLM as its text model, ``Llama4ForCausalLM`` on Scout's ``text_config``
+(36 chunked-local + 12 NoPE full layers, ``harness.backends.vllm.hf_config``); its cell runs where
+8 GPUs are visible. Cells vLLM cannot serve are listed with the reason (Llama-3.2-Vision: not
+served since vLLM 0.11; character.ai: cross-layer KV sharing; PyramidKV: token dropping). The
+generated experiment file and the summary go to ``results/fig14_vllm/`` (never over the
+simulator's reference outputs).
 
     python -m harness.backends.vllm.fig14 [--gpu h100] [--num-gpus N] [--dry-run] [extra overrides ...]
 """
