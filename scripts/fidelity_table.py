@@ -34,8 +34,8 @@ def _speedup_col(df: pd.DataFrame) -> pd.DataFrame:
 
 def table(summary: pd.DataFrame, before: pd.DataFrame | None, system: str = "jenga") -> str:
     s = _speedup_col(summary)
-    rows = ["| model | baseline | ours (simulated) [95 % CI] | before | paper | ours / paper "
-            "| within ±10 % | req/s ours / paper: Jenga, baseline | status |",
+    rows = [("| model | baseline | ours (simulated) [95 % CI] | before | paper | ours / paper "
+            "| within ±10 % | req/s ours / paper: Jenga, baseline | status |"),
             "|---|---|---|---|---|---|---|---|---|"]
     for model in dict.fromkeys(s["model"]):
         g = s[s["model"] == model]

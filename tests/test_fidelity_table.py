@@ -15,8 +15,8 @@ def _summary(jenga_speedup: float) -> pd.DataFrame:
     rows = []
     for model, paper in (("a", 2.0), ("b", 1.0), ("c", 1.5)):
         for system, sp, psp in (("vllm", 1.0, 1.0), ("jenga", jenga_speedup if model == "a" else paper, paper)):
-            rows.append(dict(model=model, system=system, baseline="vllm", status="ok", speedup=sp,
-                             paper_speedup=psp, ours_over_paper_req_s=1.25))
+            rows.append({"model": model, "system": system, "baseline": "vllm", "status": "ok", "speedup": sp,
+                             "paper_speedup": psp, "ours_over_paper_req_s": 1.25})
     return pd.DataFrame(rows)
 
 
