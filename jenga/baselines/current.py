@@ -32,12 +32,12 @@ from jenga.policies import FullPolicy, SlidingPolicy, cdiv
 from jenga.reqstate import ReqState
 
 
-class VllmCurrent(HybridGroups):
-    """vLLM 0.32's hybrid manager: :class:`HybridGroups` + reachable-only sliding-window caching
-    (D3) + shared-prefix junction pinning (D2)."""
-
-    system_name = "vllm_current"
-    option_names = ()  # vLLM 0.32 frees at the window (extra_retained_tokens only for spec decode)
+class TodaysVllmRules:
+    """vLLM 0.32's prefix-caching rules for sliding windows, over any paged manager: reachable-only
+    sliding-window caching (D3), shared-prefix junction pinning (D2), one free queue in release
+    order, no retention past the window. Mixed in *before* the manager class (it extends the
+    manager's lookup / freeing / caching through ``super()``), so the rules are written once for
+    vLLM's grouped flat pool (:class:`VllmCurrent`) and for Jenga's LCM pool (:class:`JengaCurrent`)."""
 
     def __init__(self, specs, capacity_bytes: int, **kw):
         self.junction: dict[object, int] = {}
@@ -92,6 +92,14 @@ class VllmCurrent(HybridGroups):
     def _release_pages(self, rs: ReqState, t: int, js, stale: bool) -> None:
         # One free queue in release order: out-of-window blocks are not evicted first.
         super()._release_pages(rs, t, js, stale=False)
+
+
+class VllmCurrent(TodaysVllmRules, HybridGroups):
+    """vLLM 0.32's hybrid manager: :class:`HybridGroups` + reachable-only sliding-window caching
+    (D3) + shared-prefix junction pinning (D2)."""
+
+    system_name = "vllm_current"
+    option_names = ()  # vLLM 0.32 frees at the window (extra_retained_tokens only for spec decode)
 
 
 def full_sequence_demand(mm, request, hit: int, num_tokens: int, in_flight_tokens: int) -> int:
