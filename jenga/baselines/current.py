@@ -19,6 +19,13 @@ grouping and page sizes but changes what a sliding-window group puts in the pref
 - Blocks go back to one free queue in the order they are freed (``BlockPool.free_blocks``): a
   block released early (out of window) is not evicted before older free blocks, unlike Jenga's
   artifact (stale timestamp) that :class:`HybridGroups` follows.
+- **Every copy of a block stays under its hash (D4).** vLLM never de-duplicates
+  (``BlockHashToBlockMap``): a lookup finds the oldest copy, and evicting one copy leaves the
+  others findable (``TodaysVllmRules._register`` below).
+
+The rules are a mixin, :class:`TodaysVllmRules`, over any paged manager: :class:`VllmCurrent` puts
+them on vLLM's grouped flat pool (:class:`HybridGroups`), ``jenga_current``
+(jenga/baselines/jenga_current.py) on Jenga's LCM pool -- what the jenga_vllm plugin runs.
 
 The full-prompt admission gate (D1, ``scheduler_reserve_full_isl``) is the scheduler's
 (``harness/backends/sim/scheduler.py``, ``SchedulerConfig.full_prompt_admission``) and
@@ -35,8 +42,9 @@ from jenga.reqstate import ReqState
 class TodaysVllmRules:
     """vLLM 0.32's prefix-caching rules for sliding windows, over any paged manager: reachable-only
     sliding-window caching (D3), shared-prefix junction pinning (D2), one free queue in release
-    order, no retention past the window. Mixed in *before* the manager class (it extends the
-    manager's lookup / freeing / caching through ``super()``), so the rules are written once for
+    order, every copy of a block kept under its hash (D4), no retention past the window. Mixed in
+    *before* the manager class (it extends the manager's lookup / freeing / caching through
+    ``super()``), so the rules are written once for
     vLLM's grouped flat pool (:class:`VllmCurrent`) and for Jenga's LCM pool (:class:`JengaCurrent`)."""
 
     def __init__(self, specs, capacity_bytes: int, **kw):

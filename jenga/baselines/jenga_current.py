@@ -9,8 +9,9 @@ storage types with :class:`~jenga.baselines.current.TodaysVllmRules`:
 - sliding-window pages are freed at the real window (no 192-token retention: vLLM 0.32's
   ``SlidingWindowManager.remove_skipped_blocks``), and hits are checked against the real window
   (``SlidingWindowManager.find_longest_cache_hit``);
-- only reachable sliding-window blocks are hashed (D3) and the shared-prefix junction is pinned
-  (D2), as in :class:`~jenga.baselines.current.VllmCurrent`;
+- only reachable sliding-window blocks are hashed (D3), the shared-prefix junction is pinned
+  (D2) and every copy of a block stays under its hash, the oldest found first (D4; vLLM's
+  ``BlockHashToBlockMap``), as in :class:`~jenga.baselines.current.VllmCurrent`;
 - freed blocks join the cache in release order (the plugin's ``JengaGroupPool.free_blocks``
   stamps each ``free_blocks`` call with a fresh clock tick).
 
@@ -27,7 +28,7 @@ from jenga.jenga_manager import JengaManager
 
 
 class JengaCurrent(TodaysVllmRules, JengaManager):
-    """Jenga's LCM pool + vLLM 0.32's sliding-window caching rules (D2, D3), no retention."""
+    """Jenga's LCM pool + vLLM 0.32's prefix-caching rules (D2, D3, D4), no retention."""
 
     system_name = "jenga_current"
     # No sliding_retention_tokens / sliding_hit_extra_tokens: vLLM 0.32 frees and checks hits at
