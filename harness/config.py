@@ -220,7 +220,7 @@ class EngineConf:
     # harness/backends/sim/vision_cache.py). True: the encoder runs once per image.
     encoder_cache: bool = True
     # Today's vLLM admits a request only if its whole prompt fits (scheduler_reserve_full_isl);
-    # None: on for system=vllm_current, off for the engines the artifact ran (harness/backends/sim/engine.py).
+    # None: on for vllm_current / jenga_current, off for the engines the artifact ran (harness/backends/sim/engine.py).
     full_prompt_admission: bool | None = None
     # vLLM v0's --disable-async-output-proc. v0 also turns async output processing off by itself
     # under enforce_eager (ModelConfig.verify_async_output_proc); harness/backends/sim/cost.py, OutputProc.

@@ -23,10 +23,11 @@ import pandas as pd
 
 SYSTEM_LABELS = {"vllm": "vLLM (PagedAttention)", "max_page": "max page", "static_partition": "static partition",
                  "jenga": "Jenga", "jenga_no_request_aware": "Jenga w/o request-aware",
-                 "hybrid_groups": "hybrid groups", "oracle": "oracle", "vllm_current": "vLLM 0.32 (today)"}
+                 "hybrid_groups": "hybrid groups", "oracle": "oracle", "vllm_current": "vLLM 0.32 (today)",
+                 "jenga_current": "Jenga (vLLM 0.32 rules)"}
 SYSTEM_COLORS = {"vllm": "#7f7f7f", "max_page": "#ff7f0e", "static_partition": "#2ca02c", "jenga": "#1f77b4",
                  "jenga_no_request_aware": "#9467bd", "hybrid_groups": "#8c564b", "oracle": "#e377c2",
-                 "vllm_current": "#bcbd22"}
+                 "vllm_current": "#bcbd22", "jenga_current": "#17becf"}
 SYSTEM_ORDER = list(SYSTEM_LABELS)
 # Our model config names → the names the paper prints (arXiv v1 Table 1, SOSP Fig. 14); prefix
 # match, first wins; " FP8" is added for FP8 configs. Unknown models keep their config name.

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from jenga.baselines import HybridGroups, MaxPage, Oracle, StaticPartition, UniformPaged, VllmCurrent
+from jenga.baselines.jenga_current import JengaCurrent
 from jenga.baselines.keep_embeddings import KeepEmbeddingManager
 from jenga.baselines.marconi import MarconiManager
 from jenga.baselines.per_model_split import PerModelSplit
@@ -23,14 +24,18 @@ from jenga.jenga_manager import JengaManager
 
 @dataclass(frozen=True)
 class SystemInfo:
-    """One system. ``cell``: an ordinary cell system (fuzzed on every spec mix, run by the figures);
-    False for a study-only variant that needs particular specs or a study's workload (spec-decode
-    pairs, VLM embeddings, Mamba prefix caching). ``uniform_block_table``: one block
-    table per sequence (vLLM's PagedAttention), as opposed to one per layer type/group."""
+    """One system. ``cell``: an ordinary cell system (``system=`` of ``harness.run``, fuzzed on every
+    spec mix); False for a study-only variant that needs particular specs or a study's workload
+    (spec-decode pairs, VLM embeddings, Mamba prefix caching). ``uniform_block_table``: one block
+    table per sequence (vLLM's PagedAttention), as opposed to one per layer type/group.
+    ``full_prompt_admission``: the scheduler's default for vLLM 0.32's full-prompt admission gate
+    (``scheduler_reserve_full_isl``) -- on for the systems that model today's vLLM, off for the
+    engines the artifact ran; ``engine.full_prompt_admission`` overrides it."""
 
     factory: Callable[..., MemoryManager]
     cell: bool = True
     uniform_block_table: bool = False
+    full_prompt_admission: bool = False
 
 
 REGISTRY: dict[str, SystemInfo] = {
@@ -39,7 +44,9 @@ REGISTRY: dict[str, SystemInfo] = {
     "vllm": SystemInfo(UniformPaged, uniform_block_table=True),
     "max_page": SystemInfo(MaxPage),
     "hybrid_groups": SystemInfo(HybridGroups),
-    "vllm_current": SystemInfo(VllmCurrent),
+    "vllm_current": SystemInfo(VllmCurrent, full_prompt_admission=True),
+    # Jenga's LCM pool under vLLM 0.32's rules: the simulator arm of the jenga_vllm plugin (crosscheck)
+    "jenga_current": SystemInfo(JengaCurrent, full_prompt_admission=True),
     "static_partition": SystemInfo(StaticPartition),
     "oracle": SystemInfo(Oracle),
     # study-only variants: ``system=`` values on backend=sim with what they model (per_model_split:
@@ -59,6 +66,11 @@ ALL_SYSTEM_NAMES: tuple[str, ...] = tuple(REGISTRY)
 def uniform_block_table_systems() -> frozenset[str]:
     """Names of the systems that keep one block table per sequence."""
     return frozenset(name for name, info in REGISTRY.items() if info.uniform_block_table)
+
+
+def full_prompt_admission_systems() -> frozenset[str]:
+    """Names of the systems whose scheduler admits a request only if its whole prompt fits."""
+    return frozenset(name for name, info in REGISTRY.items() if info.full_prompt_admission)
 
 
 def check_system_names(names, what: str) -> None:

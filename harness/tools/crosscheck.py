@@ -1,13 +1,17 @@
 """Cross-check of our simulator against vLLM's own scheduler (``make crosscheck``).
 
-On the same cells, ``backend=sim`` with ``system=vllm`` / ``vllm_current`` (today's vLLM, D1-D3 of
-CROSSCHECK.md) is compared with ``backend=vllm_sched`` (vLLM 0.32) with the hybrid KV cache manager
-off / on (and ``jenga`` against ``vllm_sched`` running the jenga_vllm plugin), in two variants: vLLM's full-prompt admission gate on (its default) and off, set on both
-sides through ``engine.full_prompt_admission``. ``hybrid_groups`` is the April-2025 manager the paper
-compared against and is not expected to match vLLM 0.32. The run ends with one line,
-``crosscheck: worst throughput gap X.X % (cell, variant)``, over every row. Both use the same step-time model
-and the same KV byte budget, so every difference comes from scheduling (admission, chunking,
-preemption) and the KV cache manager (placement, freeing, prefix caching). Writes
+On the same cells, each *arm* runs twice: ``backend=sim`` with a simulator system and
+``backend=vllm_sched`` (vLLM 0.32's real scheduler and KV cache manager) with the system that maps
+to the same allocator (:data:`ARMS`): ``vllm`` ↔ hybrid manager off, ``vllm_current`` (today's vLLM,
+D1-D3 of CROSSCHECK.md) ↔ hybrid manager on, and ``jenga_current`` (Jenga's LCM pool under vLLM
+0.32's rules) ↔ the jenga_vllm plugin (``vllm_sched system=jenga``: jenga/'s LCM pool under vLLM's
+own per-type managers). ``system=jenga`` in the simulator is the artifact's Jenga (its forks'
+retention and hit rules) and ``hybrid_groups`` the April-2025 manager; neither is expected to match
+vLLM 0.32, so neither is an arm. Two variants: vLLM's full-prompt admission gate on (its default)
+and off, set on both sides through ``engine.full_prompt_admission``. The run ends with one line,
+``crosscheck: worst throughput gap X.X % (cell, variant)``, over every row. Both use the same
+step-time model and the same KV byte budget, so every difference comes from scheduling (admission,
+chunking, preemption) and the KV cache manager (placement, freeing, prefix caching). Writes
 ``results/crosscheck/crosscheck.csv`` and ``results/crosscheck/table.md``; the explanation of every
 difference above 5 % lives in ``results/crosscheck/CROSSCHECK.md``.
 
@@ -46,9 +50,11 @@ CELLS: dict[str, list[str]] = {
                               "engine.max_model_len=4096",  # MMLU-pro prompts are < 3.1k tokens
                               "engine.max_num_batched_tokens=2048", "engine.enable_prefix_caching=false"],
 }
-PAIRS = (("vllm", False), ("vllm_current", True))   # sim system ↔ vllm_sched hybrid manager
-# sim jenga ↔ vllm_sched jenga: jenga/'s allocator in the simulator vs inside vLLM's scheduler (jenga_vllm).
-JENGA_PAIRS = (("jenga", "jenga plugin"),)
+# (sim system, vllm_sched system, what vllm_sched runs for it): the simulator system that models
+# the allocator vLLM runs (harness/backends/vllm_sched.py SYSTEM_HYBRID / the plugin for "jenga").
+ARMS = (("vllm", "vllm", "hybrid off"),
+        ("vllm_current", "vllm_current", "hybrid on"),
+        ("jenga_current", "jenga", "jenga plugin"))
 # vLLM 0.32's scheduler admits a request only if its whole prompt fits (scheduler_reserve_full_isl,
 # default on); the April-2025 V1 engine the sim's v1 policy follows admitted chunk by chunk. The sim
 # models the gate (engine.full_prompt_admission), so each variant sets it on both sides.
@@ -65,22 +71,23 @@ def rel_diff(a: float | None, b: float | None) -> float | None:
     return 0.0 if m == 0 else abs(a - b) / m
 
 
-def run_cell_pair(name: str, system: str, variant: str, out_dir: Path, force: bool) -> tuple[dict, dict]:
+def run_cell_pair(name: str, sim_system: str, sched_system: str, variant: str, out_dir: Path,
+                  force: bool) -> tuple[dict, dict]:
     from harness.config import compose_cell
     from harness.run import run_cell
-    base = [*CELLS[name], f"system={system}", f"out_dir={out_dir}", f"force={str(force).lower()}",
-            *VARIANTS[variant]]
-    sim = run_cell(compose_cell([*base, "backend=sim"]))
-    sched = run_cell(compose_cell([*base, "backend=vllm_sched", "+backend.options.waste_every=10"]))
+    base = [*CELLS[name], f"out_dir={out_dir}", f"force={str(force).lower()}", *VARIANTS[variant]]
+    sim = run_cell(compose_cell([*base, f"system={sim_system}", "backend=sim"]))
+    sched = run_cell(compose_cell([*base, f"system={sched_system}", "backend=vllm_sched",
+                                   "+backend.options.waste_every=10"]))
     return sim, sched
 
 
 def rows_for(names: list[str], out_dir: Path, force: bool) -> list[dict]:
     rows = []
     for name in names:
-        for (system, hybrid), variant in ((p, v) for p in PAIRS + JENGA_PAIRS for v in VARIANTS):
-            sim, sched = run_cell_pair(name, system, variant, out_dir, force)
-            row = {"cell": name, "sim_system": system, "vllm_hybrid": hybrid if isinstance(hybrid, str) else "on" if hybrid else "off",
+        for (sim_system, sched_system, arm), variant in ((a, v) for a in ARMS for v in VARIANTS):
+            sim, sched = run_cell_pair(name, sim_system, sched_system, variant, out_dir, force)
+            row = {"cell": name, "sim_system": sim_system, "vllm_sched_system": sched_system, "vllm_arm": arm,
                    "variant": variant,
                    "sim_status": sim.get("status"), "vllm_sched_status": sched.get("status")}
             for m in METRICS:
@@ -114,10 +121,11 @@ def _fmt(v) -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ["cell", "sim system ↔ vLLM hybrid [variant]", *[f"{m}: sim / vLLM (diff)" for m in METRICS]]
+    head = ["cell", "sim system ↔ vllm_sched system (vLLM runs) [variant]",
+            *[f"{m}: sim / vLLM (diff)" for m in METRICS]]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["cell"], f"{r['sim_system']} ↔ {r['vllm_hybrid']} [{r['variant']}]"]
+        cells = [r["cell"], f"{r['sim_system']} ↔ {r['vllm_sched_system']} ({r['vllm_arm']}) [{r['variant']}]"]
         for m in METRICS:
             d = r[f"diff_{m}"]
             flag = " **>5%**" if d is not None and d > THRESHOLD else ""

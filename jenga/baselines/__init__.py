@@ -7,6 +7,8 @@
   byte size (block size scaled or page padded), one shared pool and LRU queue; no LCM.
 - :class:`VllmCurrent` -- vLLM 0.32's hybrid manager: HybridGroups plus reachable-only sliding-window
   caching and shared-prefix junction pinning (today's vLLM, as its own system).
+- :class:`~jenga.baselines.jenga_current.JengaCurrent` -- Jenga's LCM pool under vLLM 0.32's rules
+  (what the jenga_vllm plugin runs: no retention past the window, D2, D3).
 - :class:`StaticPartition` -- a fixed pool per type, sized at start (the artifact's shares).
 - :class:`Oracle` -- byte-granular, keeps exactly what some layer will still read (waste 0).
 """

@@ -21,6 +21,7 @@ from harness.config import ENGINE_VERSIONS
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.workloads.request import Request
+from jenga.registry import full_prompt_admission_systems
 from jenga.spec import page_geometry
 
 # vLLM v0's BlockSpaceManager default (``watermark: float = 0.01``); the artifact's launch
@@ -30,7 +31,8 @@ V0_WATERMARK = 0.01
 
 def scheduler_config(engine, profile: ModelProfile, system: str | None = None) -> SchedulerConfig:
     """The cell's scheduling policy from its engine settings (see ``cost.profile_tokens``).
-    ``engine.full_prompt_admission`` unset: on for ``system=vllm_current`` (today's vLLM), off
+    ``engine.full_prompt_admission`` unset: on for the systems that model today's vLLM
+    (``jenga.registry.full_prompt_admission_systems``: ``vllm_current``, ``jenga_current``), off
     otherwise (the engines the artifact ran)."""
     engine = EngineSettings.of(engine)
     version = engine.engine_version
@@ -45,7 +47,8 @@ def scheduler_config(engine, profile: ModelProfile, system: str | None = None) -
         # prefill only if its whole sequence fits above the 1 % watermark (scheduler docstring).
         v0_can_allocate=version == "v0",
         watermark=V0_WATERMARK,
-        full_prompt_admission=mixed and bool(system == "vllm_current" if full_isl is None else full_isl))
+        full_prompt_admission=mixed and bool(system in full_prompt_admission_systems()
+                                             if full_isl is None else full_isl))
 
 
 def make_manager(system: str, profile: ModelProfile, capacity: int, engine, options: dict | None,

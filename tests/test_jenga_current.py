@@ -1,0 +1,167 @@
+"""Jenga's LCM allocator under today's vLLM rules (``jenga_current``, jenga/baselines/jenga_current.py)
+and the block-copy rule both ``vllm_current`` and ``jenga_current`` follow (vLLM's
+``BlockHashToBlockMap``: every copy stays under its hash, the oldest is found first)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import req
+from sim_fakes import tiny_engine, tiny_profile
+
+import jenga
+from harness.backends.sim.engine import scheduler_config
+from harness.config import compose_cell
+from jenga import FullAttentionSpec, SlidingWindowSpec, make_manager
+from jenga.baselines.current import full_sequence_demand
+from jenga.pools.lcm import LcmPagePool
+from jenga.registry import REGISTRY, full_prompt_admission_systems
+from jenga.testing import check_invariants
+
+# One full and one sliding layer, 8 bytes per token each, 1 token per page, window 4: both small
+# pages are 8 bytes, so the LCM large page is one small page and page counts are exact.
+SPECS = [FullAttentionSpec("full", 1, 8), SlidingWindowSpec("sw", 1, 8, window=4)]
+ARTICLE = list(range(1, 21))   # 20 shared tokens
+TODAY = ("vllm_current", "jenga_current")
+
+
+def _mm(system: str, pages: int = 400, **kw):
+    return make_manager(system, SPECS, pages * 8, tokens_per_page=1, enable_prefix_cache=True, **kw)
+
+
+def _run(m, r, decode: int = 0) -> int:
+    hit = m.lookup_prefix(r)
+    assert m.allocate(r, r.prompt_len - hit)
+    for i in range(decode):
+        r.output_token_ids.append(9000 + i)
+        assert m.allocate(r, 1)
+    return hit
+
+
+def test_registered_everywhere():
+    """One registry: a cell system, a Hydra system config, the gate on by default like vllm_current."""
+    assert "jenga_current" in jenga.SYSTEM_NAMES and REGISTRY["jenga_current"].cell
+    assert full_prompt_admission_systems() == frozenset(TODAY)
+    cfg = compose_cell(["system=jenga_current", "model=gemma3_12b", "dataset=arxiv_qa"])
+    assert cfg.system.name == "jenga_current" and dict(cfg.system.options) == {"request_aware": True}
+    engine = tiny_engine(engine_version="v1", enable_chunked_prefill=True)
+    for system in (*TODAY, "jenga", "vllm"):
+        assert scheduler_config(engine, tiny_profile(), system).full_prompt_admission == (system in TODAY)
+    m = make_manager("jenga_current", SPECS, 64 * 8, tokens_per_page=1, request_aware=True)
+    assert isinstance(m.pool, LcmPagePool) and m.request_aware
+    with pytest.raises(jenga.SpecError, match="sliding_retention_tokens"):
+        make_manager("jenga_current", SPECS, 64 * 8, tokens_per_page=1, sliding_retention_tokens=192)
+
+
+def test_frees_at_the_real_window_unlike_the_artifacts_jenga():
+    """A 30-token prompt then one decode step: with window 4 the next token reads tokens 27-30, so
+    jenga_current holds 31 full + 4 sliding pages = 280 bytes. Negative control: the artifact's
+    Jenga (``system=jenga`` keeps ``sliding_retention_tokens`` past the window; 8 here) holds
+    8 more sliding pages, 344 bytes."""
+    def held(system, **kw):
+        m = _mm(system, **kw)
+        r = req("a", list(range(100, 130)))
+        _run(m, r, decode=1)
+        check_invariants(m)
+        return m.usage().allocated_bytes
+    assert held("jenga_current") == (31 + 4) * 8
+    assert held("jenga", sliding_retention_tokens=8) == (31 + 4 + 8) * 8
+    assert held("vllm_current") == held("jenga_current")  # same rules, pages of the same size
+
+
+def test_todays_caching_rules_on_the_lcm_pool():
+    """D3 + D2 as in vllm_current: q1 (23 prompt tokens, 2 decoded) caches only the 3 sliding pages
+    before its replay boundary 22; q2 misses the sliding layer at the article's end (hit 0,
+    junction 20) and caches its sliding pages 17-19 while computing, so q3 hits all 20 tokens.
+    Negative control: the artifact's Jenga caches every sliding page, so q2 already hits 20."""
+    m = _mm("jenga_current")
+    _run(m, req("q1", ARTICLE + [100, 101, 102]), decode=2)
+    m.free(req("q1", []))
+    sw = next(t for t, st in enumerate(m.types) if st.name == "sw")
+    assert len(m.index[sw]) == 3
+    q2 = req("q2", ARTICLE + [200, 201, 202])
+    assert _run(m, q2) == 0 and m.junction["q2"] == 20
+    m.free(q2)
+    assert _run(m, req("q3", ARTICLE + [300, 301, 302])) == 20
+    check_invariants(m)
+
+    art = _mm("jenga")
+    _run(art, req("q1", ARTICLE + [100, 101, 102]), decode=2)
+    art.free(req("q1", []))
+    assert _run(art, req("q2", ARTICLE + [200, 201, 202])) == 20
+
+
+FULL = [FullAttentionSpec("full", 1, 8)]
+
+
+def _full_mm(system: str, pages: int = 64):
+    return make_manager(system, FULL, pages * 8, tokens_per_page=1, enable_prefix_cache=True)
+
+
+@pytest.mark.parametrize("system", TODAY)
+def test_a_live_copy_keeps_the_prefix_after_the_owner_is_evicted(system):
+    """a holds the article (owner); b computes it again without a lookup (its pages are copies).
+    a finishes, its 21 cached pages are the only evictable ones, and a 40-page filler on a 64-page
+    pool evicts 18 of them, tail first (pages 20..3). vLLM keeps b's blocks under the same hashes
+    (BlockHashToBlockMap), so c still hits all 20 tokens. Negative control: hybrid_groups (one
+    owner per key; a copy made while the owner ran is not indexed) finds only pages 0-2."""
+    for name, expect in ((system, 20), ("hybrid_groups", 3)):
+        m = _full_mm(name)
+        a = req("a", ARTICLE + [5])
+        _run(m, a)
+        b = req("b", ARTICLE + [7])
+        assert m.allocate(b, 21)           # no lookup: b recomputes a's pages
+        m.free(a)
+        assert m.allocate(req("f", list(range(500, 540))), 40)
+        check_invariants(m)
+        assert m.lookup_prefix(req("c", ARTICLE + [8])) == expect, name
+
+
+@pytest.mark.parametrize("system", TODAY)
+def test_the_oldest_copy_is_found_first(system):
+    """a's pages are cached when b recomputes the article: vLLM looks up the first block under a
+    hash (``get_one_block``), a's cached one, so a sibling's 20-token hit takes 20 blocks out of the
+    free queue and the full-prompt gate counts them (20 + 1 new page = 168 bytes). Negative
+    control: hybrid_groups hands the key to b's live copy, so the same hit costs 1 page (8 bytes)."""
+    for name, pages in ((system, 21), ("hybrid_groups", 1)):
+        m = _full_mm(name)
+        a = req("a", ARTICLE + [5])
+        _run(m, a)
+        m.free(a)
+        assert m.allocate(req("b", ARTICLE + [7]), 21)
+        c = req("c", ARTICLE + [8])
+        hit = m.lookup_prefix(c)
+        assert hit == 20
+        assert full_sequence_demand(m, c, hit, 21, 8) == pages * 8, name
+        assert m.allocate(c, 1)
+        check_invariants(m)
+
+
+@pytest.mark.parametrize("system", TODAY)
+def test_a_freed_copy_stays_cached_behind_the_owner(system):
+    """b's copies are released while a's owner pages are cached: they join the cache too (vLLM's
+    free queue keeps their hashes), and once a's pages are evicted c hits through them."""
+    m = _full_mm(system, pages=48)
+    a = req("a", ARTICLE + [5])
+    _run(m, a)
+    b = req("b", ARTICLE + [7])
+    assert m.allocate(b, 21)
+    m.free(a)
+    m.free(b)
+    assert m.usage().cached_bytes == 42 * 8  # both copies of the article (+ each request's tail)
+    check_invariants(m)
+    # 48 pages, 42 cached, 6 free: a 30-page filler evicts 24 LRU pages -- all of a's (freed first)
+    # and b's 3 tail-most pages (20, 19, 18); b's pages 0-17 keep the prefix.
+    assert m.allocate(req("f", list(range(500, 530))), 30)
+    check_invariants(m)
+    assert m.lookup_prefix(req("c", ARTICLE + [8])) == 18
+
+
+def test_crosscheck_arms_are_like_for_like():
+    """Every crosscheck arm pairs a simulator system with the vllm_sched system running the same
+    allocator: jenga_current with the jenga_vllm plugin, never the artifact's Jenga."""
+    from harness.backends.vllm_sched import SYSTEM_HYBRID
+    from harness.tools.crosscheck import ARMS
+    assert {sim for sim, _, _ in ARMS} <= set(jenga.SYSTEM_NAMES)
+    assert {sched for _, sched, _ in ARMS} <= set(SYSTEM_HYBRID)
+    assert ("jenga_current", "jenga", "jenga plugin") in ARMS
+    assert "jenga" not in {sim for sim, _, _ in ARMS}
