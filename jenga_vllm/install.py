@@ -44,6 +44,11 @@ def install(kv_cache_manager, kv_cache_config) -> JengaAllocator | None:
     """Swap the pools of ``kv_cache_manager`` for jenga's; no-op for a stock config."""
     if not isinstance(kv_cache_config, JengaKVCacheConfig):
         return None
+    if getattr(kv_cache_manager, "jenga", None) is not None:
+        # Already installed: the hooked scheduler module's KVCacheManager did it (hooks.patch_scheduler),
+        # and a driver such as backend=vllm_sched calls install() again in a process where the entry
+        # point ran (vLLM loads general plugins from EngineArgs and the model registry too).
+        return kv_cache_manager.jenga
     coord = kv_cache_manager.coordinator
     if getattr(coord, "enable_partial_hash_hits", False):
         raise JengaRefusal("jenga_vllm cannot serve this engine: partial-hash prefix hits copy blocks "
@@ -55,7 +60,7 @@ def install(kv_cache_manager, kv_cache_config) -> JengaAllocator | None:
     managers = coord.single_type_managers
     assert len(managers) == len(kv_cache_config.ratios), "one manager per jenga group"
     for t, mgr in enumerate(managers):
-        pool = JengaGroupPool(alloc, t, old.hash_block_size, events)
+        pool = JengaGroupPool(alloc, t, old.hash_block_size, events, like=mgr.block_pool)
         alloc.groups.append(pool)
         mgr.block_pool = pool
         mgr._null_block = pool.null_block
