@@ -122,6 +122,12 @@ def test_builder_is_selected_only_when_enabled(tmp_path, monkeypatch):
     # vLLM's hybrid manager: equal page sizes per group, so 3 sliding + 2 full become groups of 2,
     # with a padding layer for the odd sliding one; a plain KVCacheConfig
     assert type(stock).__name__ == "KVCacheConfig" and len(stock.kv_cache_groups) == 3
+    # any other vLLM version: one clear error when enabled
+    import vllm
+    monkeypatch.setenv("JENGA_VLLM", "1")
+    monkeypatch.setattr(vllm, "__version__", "0.34.0")
+    with pytest.raises(RuntimeError, match=r"supports vLLM 0\.32\.x and 0\.33\.x; this is vLLM 0\.34\.0"):
+        jenga_vllm.register()
 
 
 def test_builder_route_plans_the_page_layer_layout(tmp_path):
@@ -251,6 +257,14 @@ def test_worker_views_follow_the_plan_and_a_broken_layout_fails_the_self_check(t
     from jenga.pools.lcm import LcmPagePool
     pool = LcmPagePool(list(cfg.small_page_bytes), 40 * L_BYTES)
     assert pool.page_offset(1, 5) == L_BYTES + 2 * 8192 == got["model.layers.3.self_attn.attn"][1] * 5
+    # the GPU runner's CUDA-graph profiling (gpu_model_runner._init_minimal_kv_cache_for_profiling)
+    # plans a minimal cache in the worker with the same builder: 16 large pages, self-checked views
+    from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_groups_from_builder
+    builder = get_kv_cache_config_builder(vc)
+    minimal = builder.get_kv_cache_config_from_groups(vc, get_kv_cache_groups_from_builder(builder, vc, _specs()),
+                                                      num_blocks=16)
+    assert [v.shape[0] for v in _views(minimal, vc).values()] == [32] * 3 + [48] * 2
     # negative control: a runner that ignored num_blocks_of (vLLM's default: num_blocks, i.e. the
     # large-page count, for every group) is caught by the self-check
     import dataclasses
