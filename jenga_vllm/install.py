@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 
 from jenga_vllm.plan import JengaKVCacheConfig, JengaRefusal
-from jenga_vllm.pool import FacadePool, JengaAllocator, JengaGroupPool
+from jenga_vllm.pool import FacadePool, GroupMetrics, JengaAllocator, JengaGroupPool
 
 
 def _arg(args, kwargs, name: str, pos: int, default=None):
@@ -59,8 +59,13 @@ def install(kv_cache_manager, kv_cache_config) -> JengaAllocator | None:
     events = bool(getattr(old, "enable_kv_cache_events", False))
     managers = coord.single_type_managers
     assert len(managers) == len(kv_cache_config.ratios), "one manager per jenga group"
+    collector = getattr(old, "metrics_collector", None)
+    offset = 0
     for t, mgr in enumerate(managers):
         pool = JengaGroupPool(alloc, t, old.hash_block_size, events, like=mgr.block_pool)
+        if collector is not None:
+            pool.metrics_collector = GroupMetrics(collector, offset)
+        offset += pool.num_gpu_blocks
         alloc.groups.append(pool)
         mgr.block_pool = pool
         mgr._null_block = pool.null_block

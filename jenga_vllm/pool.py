@@ -154,9 +154,37 @@ class JengaAllocator:
 
 # Settings of the coordinator's pool that a group pool must keep (when this vLLM's BlockPool has them):
 # v0.33.0 block_pool.py BlockPool.__init__ takes num_hash_lookahead_tokens (the managers read
-# ``block_pool.num_hash_lookahead_tokens`` for hashes and Mamba checkpoints) next to 0.32's
-# metrics_collector and medium.
-_INHERITED = ("metrics_collector", "num_hash_lookahead_tokens", "medium")
+# ``block_pool.num_hash_lookahead_tokens`` for hashes and Mamba checkpoints) next to 0.32's medium.
+# The metrics collector is handed over by install() through GroupMetrics.
+_INHERITED = ("num_hash_lookahead_tokens", "medium")
+
+
+class _BlockId:
+    __slots__ = ("block_id",)
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+
+
+class GroupMetrics:
+    """vLLM's ``KVCacheMetricsCollector`` (``--kv-cache-metrics``) keys blocks by ``block_id``, one
+    flat id space; a group pool's ids are its own small-page indices, so they are shifted by
+    ``offset`` (the block counts of the groups before it) to stay distinct."""
+
+    def __init__(self, collector, offset: int):
+        self.collector, self.offset = collector, offset
+
+    def on_block_allocated(self, b) -> None:
+        self.collector.on_block_allocated(_BlockId(self.offset + b.block_id))
+
+    def on_block_accessed(self, b) -> None:
+        self.collector.on_block_accessed(_BlockId(self.offset + b.block_id))
+
+    def on_block_evicted(self, b) -> None:
+        self.collector.on_block_evicted(_BlockId(self.offset + b.block_id))
+
+    def reset(self) -> None:
+        self.collector.reset()
 
 
 class JengaGroupPool(BlockPool):
@@ -183,6 +211,8 @@ class JengaGroupPool(BlockPool):
             assert b.ref_cnt == 0 and b.block_hash is None, f"group {self.t} block {b.block_id} handed out twice"
             b.ref_cnt = 1
             if self.metrics_collector:
+                # as BlockPool.get_new_blocks: a reused block's residency ends, a new one starts
+                self.metrics_collector.on_block_evicted(b)
                 self.metrics_collector.on_block_allocated(b)
         return ret
 

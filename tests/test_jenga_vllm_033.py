@@ -339,6 +339,7 @@ def _drive(sched, hbs, reqs, check_every_step=True, max_steps=20_000):
         vreqs.append(Request(rid, prompt, sp, None, block_hasher=hasher))
         sched.add_request(vreqs[-1])
     steps = hits = 0
+    evictions = []
     while sched.has_unfinished_requests():
         out = sched.schedule()
         assert out.total_num_scheduled_tokens > 0, "scheduler stalled"
@@ -353,11 +354,12 @@ def _drive(sched, hbs, reqs, check_every_step=True, max_steps=20_000):
         for o in eco.values():
             if o.scheduler_stats is not None:
                 hits += o.scheduler_stats.prefix_cache_stats.hits
+                evictions += o.scheduler_stats.kv_cache_eviction_events
         if check_every_step:
             check_invariants(sched.kv_cache_manager)
         steps += 1
         assert steps < max_steps
-    return {"steps": steps, "hits": hits, "preemptions": sum(r.num_preemptions for r in vreqs),
+    return {"steps": steps, "hits": hits, "evictions": evictions, "preemptions": sum(r.num_preemptions for r in vreqs),
             "outputs": [len(r.output_token_ids) for r in vreqs]}
 
 
@@ -380,6 +382,24 @@ def test_engine_core_flow_installs_the_allocator_and_keeps_invariants_every_step
         assert alloc.get("refused", 0) > 0
     if seed == 0:  # and vLLM preempts (a decode finds no page), as at the roomy budget
         assert res["preemptions"] > 0
+
+
+def test_kv_cache_metrics_and_a_second_install_reach_the_plugins_pools(tmp_path):
+    # --kv-cache-metrics: vLLM hands its residency collector to the BlockPool (v0.33.0
+    # block_pool.py BlockPool.__init__ metrics_collector); the group pools keep it and report.
+    from jenga_vllm.install import install
+    vc = _vc(tmp_path, max_model_len=1100)
+    vc.observability_config.kv_cache_metrics = True
+    vc.observability_config.kv_cache_metrics_sample = 1.0
+    sched, hbs = _engine_core_scheduler(vc, _specs(), 60 * L_BYTES)
+    mgr = sched.kv_cache_manager
+    collector = sched.kv_metrics_collector
+    assert collector is not None and all(g.metrics_collector.collector is collector for g in mgr.jenga.groups)
+    assert install(mgr, mgr.coordinator.kv_cache_config) is mgr.jenga  # idempotent (a driver may call it again)
+    events = _drive(sched, hbs, _workload(0))["evictions"]  # the scheduler drains the collector per step
+    assert events and all(e.lifetime_seconds >= 0 and e.idle_seconds >= 0 for e in events)
+    # ids of different groups do not collide: group 1's ids start after group 0's 2 x 60
+    assert all(0 <= k < 300 for k in collector.block_metrics) and mgr.jenga.groups[1].metrics_collector.offset == 120
 
 
 def test_async_scheduler_gets_the_allocator_too(tmp_path):
