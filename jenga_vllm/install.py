@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 
 from jenga_vllm.plan import JengaKVCacheConfig, JengaRefusal
-from jenga_vllm.pool import FacadePool, JengaAllocator, JengaGroupPool
+from jenga_vllm.pool import FacadePool, GroupMetrics, JengaAllocator, JengaGroupPool
 
 
 def _arg(args, kwargs, name: str, pos: int, default=None):
@@ -44,6 +44,11 @@ def install(kv_cache_manager, kv_cache_config) -> JengaAllocator | None:
     """Swap the pools of ``kv_cache_manager`` for jenga's; no-op for a stock config."""
     if not isinstance(kv_cache_config, JengaKVCacheConfig):
         return None
+    if getattr(kv_cache_manager, "jenga", None) is not None:
+        # Already installed: the hooked scheduler module's KVCacheManager did it (hooks.patch_scheduler),
+        # and a driver such as backend=vllm_sched calls install() again in a process where the entry
+        # point ran (vLLM loads general plugins from EngineArgs and the model registry too).
+        return kv_cache_manager.jenga
     coord = kv_cache_manager.coordinator
     if getattr(coord, "enable_partial_hash_hits", False):
         raise JengaRefusal("jenga_vllm cannot serve this engine: partial-hash prefix hits copy blocks "
@@ -54,8 +59,13 @@ def install(kv_cache_manager, kv_cache_config) -> JengaAllocator | None:
     events = bool(getattr(old, "enable_kv_cache_events", False))
     managers = coord.single_type_managers
     assert len(managers) == len(kv_cache_config.ratios), "one manager per jenga group"
+    collector = getattr(old, "metrics_collector", None)
+    offset = 0
     for t, mgr in enumerate(managers):
-        pool = JengaGroupPool(alloc, t, old.hash_block_size, events)
+        pool = JengaGroupPool(alloc, t, old.hash_block_size, events, like=mgr.block_pool)
+        if collector is not None:
+            pool.metrics_collector = GroupMetrics(collector, offset)
+        offset += pool.num_gpu_blocks
         alloc.groups.append(pool)
         mgr.block_pool = pool
         mgr._null_block = pool.null_block

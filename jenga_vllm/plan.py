@@ -154,20 +154,33 @@ def check_plan(cfg: JengaKVCacheConfig) -> None:
                                  + "; ".join(problems))
 
 
+def _max_blocks(vllm_config, group) -> int:
+    """Small pages of ``group`` one request of ``max_model_len`` tokens can hold at once (vLLM's
+    own per-spec count, as in ``_max_memory_usage_bytes_from_groups``)."""
+    spec = group.kv_cache_spec
+    return -(-spec.max_memory_usage_bytes(vllm_config) // spec.page_size_bytes)
+
+
+def request_bytes(vllm_config, groups) -> int:
+    """Bytes of small pages one request of ``max_model_len`` tokens holds: per group its blocks
+    times its own small page (what it costs when large pages are shared with other requests)."""
+    return sum(_max_blocks(vllm_config, g) * small_page_bytes(g) for g in groups)
+
+
 def max_usage_bytes(vllm_config, groups) -> int:
-    """Bytes one request of ``max_model_len`` tokens can hold: per group, its blocks times its own
-    small page (vLLM's ``_max_memory_usage_bytes_from_groups`` multiplies every group's blocks by
-    one bytes-per-block, which over-counts here), plus one large page of rounding."""
-    total = 0
-    for g in groups:
-        spec = g.kv_cache_spec
-        total += -(-spec.max_memory_usage_bytes(vllm_config) // spec.page_size_bytes) * small_page_bytes(g)
-    return total + large_page_bytes(groups)
+    """Bytes one request of ``max_model_len`` tokens needs alone in the pool: request-aware
+    placement packs its small pages of type t into ceil(n_t / r_t) large pages, so the need is
+    sum_t ceil(n_t / r_t) x L. (vLLM's ``_max_memory_usage_bytes_from_groups`` multiplies every
+    group's blocks by one bytes-per-block, which over-counts here; the engine's start-up check
+    compares this with the usable bytes, null block's large page held back.) Adding one large page
+    of rounding to :func:`request_bytes` instead is short by up to G-2 large pages with G >= 3 types."""
+    L = large_page_bytes(groups)
+    return sum(-(-_max_blocks(vllm_config, g) // (L // small_page_bytes(g))) for g in groups) * L
 
 
 def max_concurrency(vllm_config, cfg: JengaKVCacheConfig) -> float:
     """Requests of ``max_model_len`` tokens that fit the usable bytes (vLLM's meaning of the number)."""
-    per_req = max_usage_bytes(vllm_config, cfg.kv_cache_groups) - cfg.large_page_bytes
+    per_req = request_bytes(vllm_config, cfg.kv_cache_groups)
     return cfg.usable_bytes / per_req if per_req else 0.0
 
 
@@ -216,7 +229,7 @@ def plan_for_scheduler(vllm_config, layer_specs: dict, kv_bytes: int, broken: bo
         raise ValueError(f"jenga_vllm: {kv_bytes} B hold {num_large} large page(s) of {large_page_bytes(groups)} B; "
                          "need at least 2 (large page 0 holds the null blocks)")
     cfg = jenga_config(vllm_config, groups, num_large, broken=broken)
-    need = max_usage_bytes(vllm_config, groups) - cfg.large_page_bytes
+    need = max_usage_bytes(vllm_config, groups)
     if need > cfg.usable_bytes:  # the engine's start-up check (_check_enough_kv_cache_memory), same rule
         raise ValueError(f"jenga_vllm: one request of max_model_len={vllm_config.model_config.max_model_len} tokens "
                          f"needs {need} B of KV cache; {kv_bytes} B hold {cfg.usable_bytes} usable B")

@@ -25,6 +25,7 @@ half-way through a request's groups.
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 
 from vllm.v1.core.block_pool import BlockPool
@@ -151,13 +152,51 @@ class JengaAllocator:
                 "path_counts": dict(p.path_counts), **dict(self.stats)}
 
 
+# Settings of the coordinator's pool that a group pool must keep (when this vLLM's BlockPool has them):
+# v0.33.0 block_pool.py BlockPool.__init__ takes num_hash_lookahead_tokens (the managers read
+# ``block_pool.num_hash_lookahead_tokens`` for hashes and Mamba checkpoints) next to 0.32's medium.
+# The metrics collector is handed over by install() through GroupMetrics.
+_INHERITED = ("num_hash_lookahead_tokens", "medium")
+
+
+class _BlockId:
+    __slots__ = ("block_id",)
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+
+
+class GroupMetrics:
+    """vLLM's ``KVCacheMetricsCollector`` (``--kv-cache-metrics``) keys blocks by ``block_id``, one
+    flat id space; a group pool's ids are its own small-page indices, so they are shifted by
+    ``offset`` (the block counts of the groups before it) to stay distinct."""
+
+    def __init__(self, collector, offset: int):
+        self.collector, self.offset = collector, offset
+
+    def on_block_allocated(self, b) -> None:
+        self.collector.on_block_allocated(_BlockId(self.offset + b.block_id))
+
+    def on_block_accessed(self, b) -> None:
+        self.collector.on_block_accessed(_BlockId(self.offset + b.block_id))
+
+    def on_block_evicted(self, b) -> None:
+        self.collector.on_block_evicted(_BlockId(self.offset + b.block_id))
+
+    def reset(self) -> None:
+        self.collector.reset()
+
+
 class JengaGroupPool(BlockPool):
     """Group t's ``BlockPool``: block id = type t's small-page index in the LCM pool."""
 
-    def __init__(self, alloc: JengaAllocator, t: int, hash_block_size: int, enable_kv_cache_events: bool):
+    def __init__(self, alloc: JengaAllocator, t: int, hash_block_size: int, enable_kv_cache_events: bool,
+                 like: BlockPool | None = None):
         ratio = alloc.pool.ratio[t]
+        params = inspect.signature(BlockPool.__init__).parameters
+        extra = {k: getattr(like, k) for k in _INHERITED if k in params and hasattr(like, k)}
         super().__init__(num_gpu_blocks=alloc.pool.num_large * ratio, enable_caching=alloc.pool.evictor is not None,
-                         hash_block_size=hash_block_size, enable_kv_cache_events=enable_kv_cache_events)
+                         hash_block_size=hash_block_size, enable_kv_cache_events=enable_kv_cache_events, **extra)
         # Free lists live in the LCM pool; vLLM's linked list would only duplicate them.
         self.free_block_queue = type(self.free_block_queue)([])
         self.alloc, self.t = alloc, t
@@ -171,27 +210,40 @@ class JengaGroupPool(BlockPool):
             # A reused cached page had its hash dropped by on_evict; an empty one never had one.
             assert b.ref_cnt == 0 and b.block_hash is None, f"group {self.t} block {b.block_id} handed out twice"
             b.ref_cnt = 1
+            if self.metrics_collector:
+                # as BlockPool.get_new_blocks: a reused block's residency ends, a new one starts
+                self.metrics_collector.on_block_evicted(b)
+                self.metrics_collector.on_block_allocated(b)
         return ret
 
     def touch(self, blocks) -> None:
         a = self.alloc
         for b in blocks:
-            if b.ref_cnt == 0 and not b.is_null:
+            if b.is_null:
+                # The null block is never pooled and its ref_cnt is not kept (v0.33.0 block_pool.py
+                # BlockPool.touch / free_blocks skip it; 0.33's trim_null_head drops a sliding-window
+                # table's leading null blocks before freeing, so counting them here would only grow).
+                continue
+            if b.ref_cnt == 0:
                 key = (self.t, b.block_id)
                 if a.pinned.pop(key, None) is None:  # pinned at admission: already used in the pool
                     a.pool.from_cached(self.t, b.block_id)
             b.ref_cnt += 1
+            if self.metrics_collector:
+                self.metrics_collector.on_block_accessed(b)
 
     def free_blocks(self, ordered_blocks) -> None:
         blocks = list(ordered_blocks)
         ts = self.alloc.tick()
         pool, t, n = self.alloc.pool, self.t, len(blocks)
         for i, b in enumerate(blocks):
+            if b.is_null:
+                continue  # never pooled, ref_cnt not kept (see touch)
             if b.pool is not self:
                 b.pool.free_blocks([b])
                 continue
             b.ref_cnt -= 1
-            if b.ref_cnt or b.is_null:
+            if b.ref_cnt:
                 continue
             if b.block_hash is not None and self.enable_caching:
                 # vLLM orders blocks to evict first at the front (a request's tail): jenga's key is
