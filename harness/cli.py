@@ -229,7 +229,12 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int, desc: s
                 if on_result:
                     on_result(bar, res)
         except KeyboardInterrupt:
-            gen.close()   # joblib aborts the pool: queued cells never start, workers are killed
+            # Kill the workers first: a worker hit by the same ctrl-C mid-handshake can leave
+            # joblib's abort waiting on it; then joblib drops the queued cells.
+            from joblib.externals.loky import get_reusable_executor
+
+            get_reusable_executor().shutdown(wait=False, kill_workers=True)
+            gen.close()
             raise
     return results
 

@@ -185,11 +185,17 @@ def test_smoke_outputs_are_git_ignored():
 def test_ctrl_c_stops_a_running_sweep(tmp_path):
     """SIGINT to the process group (what a terminal's ctrl-C sends) ends the pool at once: exit
     130, one line, no traceback, no worker left."""
-    code = ("import time; from harness import cli\n"
-            "raise SystemExit(cli.guard(lambda: len(cli.run_tasks(time.sleep, [(30,)] * 6, 2, 'x', False))))")
+    code = ("import pathlib, time; from harness import cli\n"
+            "def nap(i):\n    pathlib.Path(f'up{i}').touch(); time.sleep(30)\n"
+            "raise SystemExit(cli.guard(lambda: len(cli.run_tasks(nap, [(i,) for i in range(6)], 2, 'x', False))))")
     p = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(6)                       # the loky pool is up and both workers sleep
+    start = time.monotonic()
+    # The loky pool is up and both workers sleep (and at least 6 s have passed, as before).
+    while len(list(tmp_path.glob("up*"))) < 2 or time.monotonic() - start < 6:
+        if time.monotonic() - start > 60:
+            pytest.fail("the pool's workers never started")
+        time.sleep(0.1)
     t0 = time.monotonic()
     os.killpg(p.pid, signal.SIGINT)
     _, err = p.communicate(timeout=60)
