@@ -188,8 +188,12 @@ def test_ctrl_c_stops_a_running_sweep(tmp_path):
     code = ("import pathlib, time; from harness import cli\n"
             "def nap(i):\n    pathlib.Path(f'up{i}').touch(); time.sleep(30)\n"
             "raise SystemExit(cli.guard(lambda: len(cli.run_tasks(nap, [(i,) for i in range(6)], 2, 'x', False))))")
-    p = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # stderr to a file, not a pipe: a helper process of loky's (its resource tracker) inherits the
+    # pipe and may hold it open after the driver has exited, so communicate() would wait on it.
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as errf:
+        p = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
+                             stderr=errf, text=True, start_new_session=True)
     start = time.monotonic()
     # The loky pool is up and both workers sleep (and at least 6 s have passed, as before).
     while len(list(tmp_path.glob("up*"))) < 2 or time.monotonic() - start < 6:
@@ -198,7 +202,8 @@ def test_ctrl_c_stops_a_running_sweep(tmp_path):
         time.sleep(0.1)
     t0 = time.monotonic()
     os.killpg(p.pid, signal.SIGINT)
-    _, err = p.communicate(timeout=60)
+    p.wait(timeout=60)
+    err = log.read_text()
     assert p.returncode == 130 and time.monotonic() - t0 < 30
     assert "interrupted" in err and "Traceback" not in err
     for _ in range(30):                  # the killed workers are reaped within seconds, none keeps sleeping
