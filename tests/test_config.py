@@ -148,3 +148,20 @@ def test_gpu_datasheet_values():
     assert h200.hbm_bytes_per_s == pytest.approx(4.8e12)
     assert l4.memory_bytes < h100.memory_bytes < h200.memory_bytes
     assert 22 * 2**30 < l4.memory_bytes < 24e9 and 79 * 2**30 < h100.memory_bytes <= 80 * 2**30
+
+
+def test_composed_cells_are_cached_as_independent_copies_and_an_edit_recomposes(conf_copy):
+    """The compose cache (a study composes each cell twice) must neither leak a caller's mutation
+    into the next caller nor serve a stale config after a file changed (negative control: the
+    edited value must show up)."""
+    import os
+
+    first = compose_cell(["model=llama3_1_8b"], conf_dir=conf_copy)
+    first.model.hidden_size = 1  # a caller mutating its copy
+    second = compose_cell(["model=llama3_1_8b"], conf_dir=conf_copy)
+    assert second.model.hidden_size == 4096
+    f = conf_copy / "model" / "llama3_1_8b.yaml"
+    f.write_text(f.read_text().replace("hidden_size: 4096", "hidden_size: 4097"))
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # coarse-mtime filesystems
+    assert compose_cell(["model=llama3_1_8b"], conf_dir=conf_copy).model.hidden_size == 4097
