@@ -243,7 +243,8 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
             else:
                 prefill_tokens += n
             scheduled_tokens += n
-        dt = cost.step_time(batch)
+        # The scheduler's walk over its running set (CostModel.running_time), as backend=sim adds it.
+        dt = cost.step_time(batch) + cost.running_time(len(sched.running), len(batch))
         sample_waste = len(trace) % waste_every == 0
         if sample_waste:
             needed, allocated = _needed_and_allocated(sched, block_bytes, group_types)

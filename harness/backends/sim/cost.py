@@ -23,12 +23,18 @@ A step's time is ``max(compute, memory, eager launch) + engine overhead``:
   holds (:class:`InputPrep`: block-table entries per KV group, prefill tokens; v0 only — see
   there for the code path and how the constants were measured). One set of constants per engine
   version and block manager, never per model.
+- **running set** (:class:`RunningScan`, :meth:`CostModel.running_time`, added by the loop because
+  it needs the scheduler's running set): v0's scheduler walks every *running* sequence each step,
+  scheduled or not (budget, finished check; the per-layer fork also ``free_skipped_blocks`` per KV
+  group).
 - **TP** divides compute and memory and adds two all-reduces per layer: ring all-reduce bytes over
   the GPU's per-direction link bandwidth plus a per-collective latency (both per GPU in
   ``conf/gpu``; L4 has PCIe only).
 - **Mamba** mixers add their own kernel (``selective_state_update`` / ``causal_conv1d_update`` in
   decode, ``selective_scan_fwd`` + ``causal_conv1d_fwd`` in prefill): per sequence the conv and SSM
   state read and written, per token the scan's activations and its element-wise recurrence FLOPs.
+  On the per-layer (Jenga) v0 fork its ``*_with_cache`` wrappers also gather each chunk's inputs
+  into contiguous copies and scatter the outputs back (:meth:`CostModel.mamba_layout_time`).
 - **GPU efficiency**: ``mfu``/``mbu`` from ``conf/gpu/<gpu>.yaml`` (datasheet defaults) unless a
   measured table ``conf/gpu/profiles/<gpu>.yaml`` (``scripts/profile_gpu.py``) exists.
 
@@ -214,6 +220,47 @@ OUTPUT_PROC: dict[str, OutputProc] = {
 }
 
 
+@dataclass(frozen=True)
+class RunningScan:
+    """Scheduler CPU time per *running* sequence per step, whether or not the step schedules it
+    (seconds). Under v0's prefill-first policy the running set waits unscheduled through every
+    prefill step while later prompts are admitted, so this grows with the running set, not the
+    batch (``EngineOverhead.per_request_s`` prices the scheduled sequences).
+
+    - Both v0 forks (``vllm/core/scheduler.py``): ``Scheduler._schedule_default`` adds every running
+      group to the budget before admitting prefills (``budget.add_num_seqs``), and
+      ``free_finished_seq_groups`` (after every step, from ``LLMEngine._process_model_outputs``)
+      checks ``is_finished`` of every running group. → ``per_idle_seq_s`` per running sequence the
+      step does not schedule (a scheduled one is inside ``per_request_s``).
+    - ``vllm-v0-jenga`` / ``vllm-v0-pyramidinfer`` only (the per-layer block manager):
+      ``Scheduler.schedule`` first calls ``block_manager.free_skipped_blocks`` for every running
+      group ("so it can be freed after prefill"): ``PerlayerBlockSpaceManager`` →
+      ``CustomBlockManager.free_skipped_blocks`` loops over the KV groups
+      (``kv_cache_config.block_table_sharing``) and calls the group's manager
+      (``vllm/core/block_v3/custom_block.py``: ``LinearAttentionManager.free_skipped_blocks`` reads
+      the computed-token count, fetches the null block, walks ``free_start .. len(blocks) - 3``;
+      ``SelfAttentionManager``'s is ``pass``). → ``per_seq_group_s`` per running sequence and KV
+      group (scheduled or not).
+
+    Measured with ``scripts/bench_v0_python.py`` (``running_seq_ns`` / ``running_seq_group_ns``:
+    loops with the same calls, Jamba's three groups; thread CPU time on this project's shared vCPU,
+    ten runs at load 3-4.4 on 2 cores: 0.89-2.05 µs and 1.25-3.04 µs; in the runs where the
+    script's ``uniform_entry`` reproduced the 18-30 ns that ``InputPrep`` was set from, 0.89-1.17
+    and 1.25-1.71 µs) → 1.0 µs and 1.3 µs, on the same footing as ``InputPrep``. v1 schedules every
+    running request every step (its per-request cost is ``EngineOverhead.per_request_s``), hence
+    zeros.
+    """
+
+    per_idle_seq_s: float
+    per_seq_group_s: float
+
+
+RUNNING_SCAN: dict[str, RunningScan] = {
+    "v0": RunningScan(per_idle_seq_s=1.0e-6, per_seq_group_s=1.3e-6),
+    "v1": RunningScan(per_idle_seq_s=0.0, per_seq_group_s=0.0),
+}
+
+
 # Systems that ran on the artifact's upstream (uniform) block manager; every other system ran on
 # Jenga's PerlayerBlockSpaceManager fork (figure14.md: max page / static partition / Jenga pass
 # --use-per-layer-block-manager; the vLLM bars use vllm-v0-baseline).
@@ -231,6 +278,18 @@ ALLREDUCE_LATENCY_S = 8e-6
 # Mamba recurrence FLOPs per (token, d_inner, d_state) element: dA = exp(dt*A), dB*x, h = dA*h +
 # dBx, y += C*h (mamba_ssm selective_scan: ~6 multiply/adds + one exp) — ASSUMED count, tiny anyway.
 MAMBA_SCAN_FLOPS_PER_ELEMENT = 7
+# Elements the per-layer (Jenga) v0 fork's Mamba wrappers copy per token per Mamba layer, as
+# (d_inner, d_state) multiples (vllm-v0-jenga vllm/model_executor/layers/mamba/ops/mamba_ssm.py
+# ``selective_scan_fn_with_cache``, causal_conv1d.py ``causal_conv1d_fn_with_cache``).
+# Prefill, per chunk step: u, delta, z each ``x[step.token_positions]`` (read + write) then
+# ``.transpose(-2, -1).contiguous()`` (read + write): 4 d_inner each; B and C the same: 4 d_state
+# each; the output ``out_tensor[step.token_positions] = z_step.transpose(-2, -1)``: 2 d_inner; the
+# conv input gathered the same way (4 d_inner) and its output scattered back (2 d_inner).
+# Decode (``num_prefills == 0``): ``.contiguous()`` of the transposed u, delta, z (2 d_inner each),
+# B, C (2 d_state each) and the conv input (2 d_inner). vllm-v0-baseline's Jamba (upstream
+# ``selective_scan_fn`` on the whole varlen batch, ``selective_state_update`` in decode) has none.
+MAMBA_LAYOUT_PREFILL = (20, 8)
+MAMBA_LAYOUT_DECODE = (8, 4)
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "conf" / "gpu" / "profiles"
 # Memory outside torch's allocator that vLLM's profiler adds (CUDA context, cuBLAS workspace); vLLM
 # logs typically report 0.1-0.3 GiB for one GPU ("non_torch_memory takes 0.16GiB").
@@ -367,6 +426,7 @@ class CostModel:
         self.block_size = int(engine.tokens_per_page)
         self.eager = bool(engine.enforce_eager)
         self.output_proc = OUTPUT_PROC[version]
+        self.running_scan = RUNNING_SCAN[version]
         # v0's use_async_output_proc (ModelConfig.verify_async_output_proc): on by default, off
         # under enforce_eager or --disable-async-output-proc. v1 has no such switch (OutputProc).
         self.async_output = version == "v0" and not self.eager and \
@@ -398,8 +458,14 @@ class CostModel:
             # writes y (d_inner), bf16 activations; the causal conv reads d_conv inputs per channel.
             self._mamba_act_bytes = ((4 * di + 2 * ds) + dc * di) * ACT_BYTES
             self._mamba_flops = MAMBA_SCAN_FLOPS_PER_ELEMENT * di * ds + 2 * di * dc
+            # Only the Jenga v0 fork's wrappers copy (MAMBA_LAYOUT_*).
+            fork = version == "v0" and block_manager == "per_layer"
+            self._mamba_layout_bytes = tuple(
+                (a * di + b * ds) * ACT_BYTES if fork else 0
+                for a, b in (MAMBA_LAYOUT_PREFILL, MAMBA_LAYOUT_DECODE))
         else:
             self._mamba_act_bytes = self._mamba_flops = 0
+            self._mamba_layout_bytes = (0, 0)
         self._moe = profile.num_experts > 0 and profile.experts_per_token > 0
         if self._moe:
             e, k = profile.num_experts, profile.experts_per_token
@@ -443,6 +509,40 @@ class CostModel:
         nbytes = 2 * self._mamba_state_bytes * seqs + tokens * self._mamba_layers * self._mamba_act_bytes
         flops = tokens * self._mamba_layers * self._mamba_flops
         return max(nbytes / self.bytes_per_s, flops / self.flops_per_s)
+
+    def mamba_layout_time(self, prefill_tokens: int, decode_tokens: int) -> float:
+        """The per-layer (Jenga) v0 fork's Mamba wrappers' layout copies (:data:`MAMBA_LAYOUT_PREFILL`,
+        :data:`MAMBA_LAYOUT_DECODE`), summed over Mamba layers: memory-bound gathers, transposes and
+        scatters between the matmuls, so they add to the step. Zero on the uniform manager (the
+        baseline fork's upstream Mamba path) and on v1."""
+        pre, dec = self._mamba_layout_bytes
+        if not self._mamba_layers or not (pre or dec):
+            return 0.0
+        return self._mamba_layers * (prefill_tokens * pre + decode_tokens * dec) / self.bytes_per_s
+
+    def kv_groups(self) -> int:
+        """KV groups the per-layer block manager builds with two-level pages
+        (``CustomBlockManager._compile_two_level``: one per app property): one per layer type with
+        a cache, and two for Mamba types that carry a conv state (``models/jamba.py``
+        ``custom_block_manager_for_jamba`` registers ``<i>-conv`` and ``<i>-ssm`` managers, whose
+        page sizes and so properties differ). Vision embeddings share another group's table."""
+        n = 0
+        for kind, spec, _layers, _bpt in self._types:
+            if kind == "vision_embedding":
+                continue
+            n += 2 if kind == "mamba" and getattr(spec, "conv_bytes_per_layer", 0) else 1
+        return n
+
+    def running_time(self, num_running: int, num_scheduled: int) -> float:
+        """v0 scheduler CPU per step over the running set (:class:`RunningScan`): the running
+        sequences the step does not schedule, plus, on the per-layer manager, every running
+        sequence once per KV group (``free_skipped_blocks``). Serial: ``Scheduler.schedule`` runs
+        before the forward in every v0 mode."""
+        scan = self.running_scan
+        t = max(0, num_running - num_scheduled) * scan.per_idle_seq_s
+        if self.block_manager == "per_layer":
+            t += num_running * self.kv_groups() * scan.per_seq_group_s
+        return t
 
     def _block_entries(self, n: int, c: int, cross: int) -> tuple[int, int]:
         """Block-table entries one scheduled sequence puts through v0's input preparation and the
@@ -498,6 +598,7 @@ class CostModel:
             return 0.0
         p = self.profile
         tokens = 0
+        prefill_tokens = 0
         attn_pairs = 0       # (query, key) pairs × compute layers
         kv_bytes = 0
         img_tokens = 0
@@ -509,6 +610,7 @@ class CostModel:
             tokens += n
             if n > 1:
                 is_prefill = True
+                prefill_tokens += n
             for kind, spec, layers, bpt in self._types:
                 if kind == "cross":
                     attn_pairs += n * cross * layers
@@ -528,6 +630,7 @@ class CostModel:
         compute = flops / self.flops_per_s
         memory = (self.weight_bytes_read(tokens) + kv_bytes) / self.bytes_per_s
         gpu_time = max(compute, memory) + self.mamba_kernel_time(tokens, len(batch))
+        gpu_time += self.mamba_layout_time(prefill_tokens, tokens - prefill_tokens)
         if self.tp > 1:
             # Row-parallel o_proj / out_proj and down_proj (or the MoE combine) each end in an
             # all-reduce of the step's hidden states: two per layer.

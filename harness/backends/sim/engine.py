@@ -78,9 +78,12 @@ Complete = Callable[[list, float], None]
 
 
 def run_loop(sched: Scheduler, mm, step_cost: StepCost, complete: Complete | None = None,
-             max_steps: int = 10_000_000) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+             max_steps: int = 10_000_000,
+             running_cost: Callable[[int, int], float] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The discrete-event loop. ``step_cost`` prices a scheduled step and ``complete`` finishes it
-    (default ``sched.complete``); :func:`run_cell` fills both from the cell's variant
+    (default ``sched.complete``); ``running_cost(num_running, num_scheduled)`` (optional) adds the
+    scheduler's per-step work over the whole running set (``CostModel.running_time``), which the
+    scheduled batch alone does not show. :func:`run_cell` fills all three from the cell's variant
     (:mod:`harness.backends.sim.variants`). Returns the per-step trace and the step aggregates."""
     complete = complete or sched.complete
     now = min((s.req.arrival_time for s in sched.seqs), default=0.0)
@@ -106,6 +109,8 @@ def run_loop(sched: Scheduler, mm, step_cost: StepCost, complete: Complete | Non
         if steps > max_steps:
             raise RuntimeError(f"simulation exceeded {max_steps} steps")
         dt = step_cost(step)
+        if running_cost is not None:
+            dt += running_cost(len(sched.running), len(step))
         u = mm.usage()
         # An allocator that over-commits must fail the cell, not write an "ok" record (issue 12).
         assert u.free_bytes >= 0, f"{type(mm).__name__} over-committed: free_bytes={u.free_bytes} at step {steps}"
@@ -138,7 +143,8 @@ def simulate(mm, cost: CostModel, sched_cfg: SchedulerConfig, requests: list[Req
              cross_attention: bool = False, max_steps: int = 10_000_000) -> tuple[Scheduler, list[dict], dict]:
     """Run the loop to completion; returns the scheduler, the per-step trace and step aggregates."""
     sched = Scheduler(mm, sched_cfg, [r.fresh_copy() for r in requests])
-    trace, agg = run_loop(sched, mm, step_time_hook(cost, cross_attention), max_steps=max_steps)
+    trace, agg = run_loop(sched, mm, step_time_hook(cost, cross_attention), max_steps=max_steps,
+                          running_cost=getattr(cost, "running_time", None))
     return sched, trace, agg
 
 
@@ -188,7 +194,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
                                                           **v.manager_options}, specs=v.specs)
     sched_cfg = scheduler_config(engine, profile, system)
     sched = v.make_scheduler(mm, sched_cfg, [r.fresh_copy() for r in requests])
-    trace, agg = run_loop(sched, mm, v.step_cost)
+    trace, agg = run_loop(sched, mm, v.step_cost, running_cost=v.running_cost)
     final = mm.usage()
     geom = page_geometry(list(v.specs), int(engine.tokens_per_page))
     metrics = loop_metrics(sched, trace, agg, capacity)

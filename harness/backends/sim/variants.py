@@ -60,6 +60,8 @@ class Variant:
     manager_options: dict[str, Any] = field(default_factory=dict)
     metrics: list[Metrics] = field(default_factory=list)
     names: list[str] = field(default_factory=list)    # which variants the cell runs (record meta)
+    # The scheduler's per-step work over the running set (CostModel.running_time), or None.
+    running_cost: Callable[[int, int], float] | None = None
 
     def extra_metrics(self, sched: Scheduler, mm, trace: list[dict], requests: list) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -89,6 +91,7 @@ def build(cfg, profile: ModelProfile, engine: EngineSettings, gpu, system: str, 
         v = Variant(cost, list(profile.specs), cost.kv_capacity_bytes(), step_time_hook(cost, cross), Scheduler)
         if profile.vision is not None and not cross:
             _vision(v, cost, reencode=not engine.encoder_cache)
+    v.running_cost = cost.running_time     # the target's scheduler, once per step
     if any(s.kind == "mamba" for s in profile.specs):
         v.metrics.append(_mamba_metrics)
         v.names.append("mamba_checkpoints")
