@@ -21,9 +21,9 @@ grouping and page sizes but changes what a sliding-window group puts in the pref
   artifact (stale timestamp) that :class:`HybridGroups` follows.
 - **Every copy of a block stays under its hash (D4).** vLLM never de-duplicates
   (``BlockHashToBlockMap``): a lookup finds the oldest copy, and evicting one copy leaves the
-  others findable. The rule is the prefix cache's ``keep_block_copies`` (jenga/prefix.py), which
-  every vLLM v1 block pool has (the artifact's v1 fork too: there it is a per-system option the
-  v1 cells turn on); :class:`TodaysVllmRules` always has it on.
+  others findable. The rule is the prefix cache's ``keep_block_copies`` (jenga/prefix.py): every
+  vLLM v1 block pool has it, the artifact's v1 fork included, so the v1 cells turn it on for the
+  artifact's systems too (harness/conf/system/*.yaml); :class:`TodaysVllmRules` always has it on.
 
 The rules are a mixin, :class:`TodaysVllmRules`, over any paged manager: :class:`VllmCurrent` puts
 them on vLLM's grouped flat pool (:class:`HybridGroups`), ``jenga_current``
