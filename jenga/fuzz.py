@@ -138,6 +138,9 @@ def make_stream_manager(rng: random.Random, system: str, mix: str):
     names = getattr(getattr(cls, "func", cls), "option_names", ())
     opts = {k: rng.choice([0, 0, 3, 8]) for k in ("sliding_retention_tokens", "sliding_hit_extra_tokens")
             if k in names}
+    # vLLM v1's every-copy-under-its-hash rule (D4, jenga/prefix.py) on the systems that take it.
+    if "keep_block_copies" in names:
+        opts["keep_block_copies"] = rng.random() < 0.5
     for _ in range(8):
         try:
             return jenga.make_manager(system, specs, capacity, tokens_per_page=tpp, enable_prefix_cache=cache,

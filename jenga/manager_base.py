@@ -29,6 +29,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
 
     system_name = "paged"
     option_names: tuple[str, ...] = ()
+    # D4: keep every copy of a block under its hash (vLLM v1's block pool; jenga/prefix.py). The
+    # default when the system's options do not set ``keep_block_copies`` (systems that accept it
+    # list it in ``option_names``; the v1 cells turn it on through harness/conf/system/*.yaml).
+    keep_block_copies: bool = False
 
     def __init__(self, specs, capacity_bytes: int, tokens_per_page: int = 16,
                  enable_prefix_cache: bool = False, **options):
@@ -48,6 +52,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         # (SlidingPolicy.retain_tokens); the SlidingPolicy validates the value.
         self.sliding_retention = options.get("sliding_retention_tokens", 0)
         self.sliding_hit_extra = options.get("sliding_hit_extra_tokens", 0)
+        self.keep_block_copies = bool(options.get("keep_block_copies", self.keep_block_copies))
         self.types: list[StorageType] = self.storage_types(**options)
         self.acct = [policy_for(s) for s in self.accounted_specs()]
         self._full_bpt = sum(p.bytes_per_token for p in self.acct if type(p) is FullPolicy)
@@ -58,6 +63,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.ref: list[dict[int, int]] = [{} for _ in range(n)]
         self.page_key: list[dict[int, object]] = [{} for _ in range(n)]
         self.index: list[dict[object, int]] = [{} for _ in range(n)]
+        # keep_block_copies (D4): live or cached pages holding the content of a key's owner, per
+        # type: key -> copies in insertion order, and copy -> key (jenga/prefix.py).
+        self.copies: list[dict[object, tuple[int, ...]]] = [{} for _ in range(n)]
+        self.copy_key: list[dict[int, object]] = [{} for _ in range(n)]
         self.reqs: dict[object, ReqState] = {}
         self.pending: dict[object, tuple] = {}
         self.now = 0

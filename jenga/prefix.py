@@ -6,6 +6,17 @@ the hash of the prefix they summarise. A hit is the longest prefix valid for eve
 type's ``get_possible_prefix`` is asked for its largest valid length not above the current
 candidate, until no type lowers it (a fixed point). Pages of running requests are registered as
 soon as they are full and computed, so concurrent requests share them (reference counts).
+
+Two rules for a page whose content another page already holds under the same key (a request that
+recomputed a prefix it could not hit), chosen per manager by ``keep_block_copies``:
+
+- off (the vLLM v0 forks): one page per key. v0 de-duplicates: a newly full block whose hash is
+  already cached is dropped for the cached one (``vllm/core/block/prefix_caching_block.py``
+  ``PrefixCachingBlockAllocator.promote_to_immutable_block``, ``_cached_blocks: Dict[PrefixHash,
+  BlockId]``, in vllm-v0-baseline and vllm-v0-jenga). We keep the live copy instead and hand it
+  the key when the owner is cached (:meth:`PrefixCacheMixin._register`).
+- on (D4, every vLLM v1 block pool): every copy stays under its hash, the oldest found first
+  (:meth:`PrefixCacheMixin._register_copy`, ``_unref``, ``_on_evict``; sources there).
 """
 
 from __future__ import annotations
@@ -138,6 +149,8 @@ class PrefixCacheMixin:
             if j is not None:
                 j.item(self.index[t], key)
             del self.index[t][key]
+        if self.keep_block_copies:
+            self._evict_copy(t, sid, key)
 
     def _pin(self, t: int, sid: int, data: int, undo: list) -> None:
         r = self.ref[t].get(sid, 0)
@@ -154,6 +167,8 @@ class PrefixCacheMixin:
         self.ref[t][sid] = r + 1
 
     def _unref(self, t: int, sid: int, ts: int, plen: int, key, data: int) -> None:
+        if self.keep_block_copies and self._cache_copy(t, sid, ts, plen):
+            return
         r = self.ref[t][sid] - 1
         j = self._j
         if j is not None:
@@ -190,18 +205,95 @@ class PrefixCacheMixin:
         if key is None or sid in self.page_key[t]:
             return
         owner = self.index[t].get(key)
+        if self.keep_block_copies and owner is not None and not self.types[t].policy.image_based:
+            self._register_copy(t, sid, key)
+            return
         # A request that recomputed a cached prefix (it could not hit: another type missed) holds a
         # live copy of a cached page. The live copy takes the key, so evicting the cached copy does
         # not lose a prefix some running request still holds: vLLM v0 dedups the new block onto the
         # cached one (PrefixCachingBlockAllocator.promote_to_immutable_block), v1 keeps both under
-        # the hash (BlockPool.cache_full_blocks). The old copy stays cached, unreachable, until
-        # evicted (_on_evict only drops an index entry its page owns).
+        # the hash (BlockPool.cache_full_blocks; modelled by keep_block_copies, below). The old copy
+        # stays cached, unreachable, until evicted (_on_evict only drops an index entry its page owns).
         if owner is None or (owner != sid and self.ref[t].get(owner, 0) == 0):
             if self._j is not None:
                 self._j.item(self.index[t], key)
                 self._j.item(self.page_key[t], sid)
             self.index[t][key] = sid
             self.page_key[t][sid] = key
+
+    # -- D4: every copy of a block stays under its hash, the oldest found first (keep_block_copies) --
+    # vLLM v1 never de-duplicates: ``BlockPool.cache_full_blocks`` inserts a newly full block under
+    # its hash even when another block already has it ("NOTE: We currently don't de-duplicate the
+    # blocks in the cache"). The map keeps a dict of blocks per hash in insertion order -- the
+    # artifact's v1 fork: ``vllm/v1/core/block_pool.py`` ``BlockPool.cached_block_hash_to_block:
+    # dict[BlockHashType, dict[int, KVCacheBlock]]`` (and ``StaticLRUBlockPool``), vLLM 0.32:
+    # ``BlockHashToBlockMap``. A lookup takes the first one left (``get_cached_block`` /
+    # ``get_one_block``), and evicting one copy (``BlockPool._maybe_evict_cached_block``: ``del
+    # cached_block_hash_to_block[hash][block_id]``) leaves the others findable. A freed copy keeps
+    # its hash in the free queue like any other block (``BlockPool.free_blocks``).
+    # Our index has one owner per key; without this rule ``_register`` hands the key to a live copy
+    # when the owner is cached, which vLLM v1 does not do: a sibling's hit then touches the old
+    # cached blocks (they leave the free queue and count against admission), not the live copy
+    # (Gemma-3: a 87,168-token hit cost vLLM 0.32 2,085 free blocks, the simulator none). And a copy
+    # made while the owner was live registered nothing, so once the owner was evicted the prefix
+    # was lost although a running request still held it (Ministral ``[no_full_isl]``: a sibling
+    # missed a 72,960-token hit vLLM found; results/crosscheck/CROSSCHECK.md, D4). Here every other
+    # copy is remembered in insertion order; when the owner is evicted the oldest copy takes the key.
+    def _register_copy(self, t: int, sid: int, key) -> None:
+        """A live page with the content of ``key``'s owner: remembered behind it, not indexed."""
+        self._log_copies(t)
+        self.copies[t][key] = self.copies[t].get(key, ()) + (sid,)
+        self.copy_key[t][sid] = key
+
+    def _log_copies(self, t: int) -> None:
+        if self._j is not None:
+            self._j.contents(self.copies[t])
+            self._j.contents(self.copy_key[t])
+
+    def _drop_copy(self, t: int, sid: int) -> None:
+        self._log_copies(t)
+        key = self.copy_key[t].pop(sid)
+        rest = tuple(c for c in self.copies[t][key] if c != sid)
+        if rest:
+            self.copies[t][key] = rest
+        else:
+            del self.copies[t][key]
+
+    def _cache_copy(self, t: int, sid: int, ts: int, plen: int) -> bool:
+        """The last holder of a copy lets go. True when the copy joined the cache under its key
+        behind a still-present owner (not reachable until the owner is evicted); otherwise the copy
+        is forgotten and the caller caches or frees the page as usual (the owner is gone: it
+        becomes the owner)."""
+        k = self.copy_key[t].get(sid)
+        if k is None or self.ref[t][sid] != 1 or sid in self.page_key[t]:
+            return False
+        if self.index[t].get(k) is None:
+            self._drop_copy(t, sid)
+            return False
+        j = self._j
+        if j is not None:
+            j.item(self.ref[t], sid)
+            j.item(self.page_key[t], sid)
+        del self.ref[t][sid]
+        self.page_key[t][sid] = k
+        self.pool.to_cached(t, sid, ts, plen)
+        return True
+
+    def _evict_copy(self, t: int, sid: int, key) -> None:
+        """After ``_on_evict`` dropped page ``sid`` (and its index entry if it owned ``key``): a
+        cached copy is forgotten; an evicted owner hands the key to its oldest copy."""
+        if sid in self.copy_key[t]:  # a cached copy is reused
+            self._drop_copy(t, sid)
+            return
+        if key is None or key in self.index[t] or key not in self.copies[t]:
+            return
+        c = self.copies[t][key][0]
+        self._drop_copy(t, c)
+        if self._j is not None:
+            self._j.item(self.index[t], key)
+            self._j.item(self.page_key[t], c)
+        self.index[t][key] = c
+        self.page_key[t][c] = key
 
     def _page_key(self, rs: ReqState, t: int, j: int, computed: int):
         """Cache key of logical page j once ``computed`` tokens are computed, None if not full."""

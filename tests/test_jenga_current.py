@@ -94,7 +94,10 @@ FULL = [FullAttentionSpec("full", 1, 8)]
 
 
 def _full_mm(system: str, pages: int = 64):
-    return make_manager(system, FULL, pages * 8, tokens_per_page=1, enable_prefix_cache=True)
+    # Negative control: hybrid_groups with keep_block_copies off (one owner per key, the v0 forks'
+    # rule; the cells run hybrid_groups with it on, tests/test_block_copies.py).
+    kw = {"keep_block_copies": False} if system == "hybrid_groups" else {}
+    return make_manager(system, FULL, pages * 8, tokens_per_page=1, enable_prefix_cache=True, **kw)
 
 
 @pytest.mark.parametrize("system", TODAY)
@@ -102,8 +105,9 @@ def test_a_live_copy_keeps_the_prefix_after_the_owner_is_evicted(system):
     """a holds the article (owner); b computes it again without a lookup (its pages are copies).
     a finishes, its 21 cached pages are the only evictable ones, and a 40-page filler on a 64-page
     pool evicts 18 of them, tail first (pages 20..3). vLLM keeps b's blocks under the same hashes
-    (BlockHashToBlockMap), so c still hits all 20 tokens. Negative control: hybrid_groups (one
-    owner per key; a copy made while the owner ran is not indexed) finds only pages 0-2."""
+    (BlockHashToBlockMap), so c still hits all 20 tokens. Negative control: hybrid_groups without
+    keep_block_copies (one owner per key; a copy made while the owner ran is not indexed) finds
+    only pages 0-2."""
     for name, expect in ((system, 20), ("hybrid_groups", 3)):
         m = _full_mm(name)
         a = req("a", ARTICLE + [5])
@@ -121,7 +125,8 @@ def test_the_oldest_copy_is_found_first(system):
     """a's pages are cached when b recomputes the article: vLLM looks up the first block under a
     hash (``get_one_block``), a's cached one, so a sibling's 20-token hit takes 20 blocks out of the
     free queue and the full-prompt gate counts them (20 + 1 new page = 168 bytes). Negative
-    control: hybrid_groups hands the key to b's live copy, so the same hit costs 1 page (8 bytes)."""
+    control: hybrid_groups without keep_block_copies hands the key to b's live copy, so the same
+    hit costs 1 page (8 bytes)."""
     for name, pages in ((system, 21), ("hybrid_groups", 1)):
         m = _full_mm(name)
         a = req("a", ARTICLE + [5])

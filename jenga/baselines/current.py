@@ -21,7 +21,9 @@ grouping and page sizes but changes what a sliding-window group puts in the pref
   artifact (stale timestamp) that :class:`HybridGroups` follows.
 - **Every copy of a block stays under its hash (D4).** vLLM never de-duplicates
   (``BlockHashToBlockMap``): a lookup finds the oldest copy, and evicting one copy leaves the
-  others findable (``TodaysVllmRules._register`` below).
+  others findable. The rule is the prefix cache's ``keep_block_copies`` (jenga/prefix.py): every
+  vLLM v1 block pool has it, the artifact's v1 fork included, so the v1 cells turn it on for the
+  artifact's systems too (harness/conf/system/*.yaml); :class:`TodaysVllmRules` always has it on.
 
 The rules are a mixin, :class:`TodaysVllmRules`, over any paged manager: :class:`VllmCurrent` puts
 them on vLLM's grouped flat pool (:class:`HybridGroups`), ``jenga_current``
@@ -47,13 +49,12 @@ class TodaysVllmRules:
     ``super()``), so the rules are written once for
     vLLM's grouped flat pool (:class:`VllmCurrent`) and for Jenga's LCM pool (:class:`JengaCurrent`)."""
 
+    # D4 is vLLM v1's block pool (jenga/prefix.py, keep_block_copies): always on here, not an option.
+    keep_block_copies = True
+
     def __init__(self, specs, capacity_bytes: int, **kw):
         self.junction: dict[object, int] = {}
         super().__init__(specs, capacity_bytes, **kw)
-        # Live pages holding the same content as a key's owner (see _register below), per type:
-        # key -> copies in insertion order, and copy -> key.
-        self.copies: list[dict[object, tuple[int, ...]]] = [{} for _ in self.types]
-        self.copy_key: list[dict[int, object]] = [{} for _ in self.types]
 
     # -- D2: the junction is found at lookup ---------------------------------------------------------
     def lookup_prefix(self, request) -> int:
@@ -104,79 +105,6 @@ class TodaysVllmRules:
     def _release_pages(self, rs: ReqState, t: int, js, stale: bool) -> None:
         # One free queue in release order: out-of-window blocks are not evicted first.
         super()._release_pages(rs, t, js, stale=False)
-
-    # -- every copy of a block stays under its hash, the oldest found first ---------------------------
-    # vLLM v1 never de-duplicates: ``BlockPool.cache_full_blocks`` inserts a newly full block under
-    # its hash even when another block already has it (``BlockHashToBlockMap.insert`` keeps a dict
-    # of blocks per hash, in insertion order); a lookup takes the first one left
-    # (``get_one_block``), and evicting one copy (``BlockPool._maybe_evict_cached_block`` ->
-    # ``BlockHashToBlockMap.pop(key, block_id)``) leaves the others findable. A freed copy keeps
-    # its hash in the free queue like any other block (``BlockPool.free_blocks``).
-    # Our index has one owner per key; the base class hands the key to a live copy when the owner
-    # is cached (``PrefixCacheMixin._register``), which vLLM does not do: a sibling's hit then
-    # touches the old cached blocks (they leave the free queue and count against admission, D1),
-    # not the live copy (Gemma-3: a 87,168-token hit cost vLLM 2,085 free blocks, the simulator
-    # none). And a copy made while the owner was live registered nothing, so once the owner was
-    # evicted the prefix was lost although a running request still held it (Ministral
-    # ``[no_full_isl]``: a sibling missed a 72,960-token hit vLLM found). Here every other copy
-    # is remembered in insertion order; when the owner is evicted the oldest copy takes the key.
-    def _register(self, t: int, sid: int, key) -> None:
-        if key is None or sid in self.page_key[t]:
-            return
-        owner = self.index[t].get(key)
-        if owner is None or self.types[t].policy.image_based:
-            super()._register(t, sid, key)
-            return
-        self._log_copies(t)
-        self.copies[t][key] = self.copies[t].get(key, ()) + (sid,)
-        self.copy_key[t][sid] = key
-
-    def _log_copies(self, t: int) -> None:
-        if self._j is not None:
-            self._j.contents(self.copies[t])
-            self._j.contents(self.copy_key[t])
-
-    def _drop_copy(self, t: int, sid: int) -> None:
-        self._log_copies(t)
-        key = self.copy_key[t].pop(sid)
-        rest = tuple(c for c in self.copies[t][key] if c != sid)
-        if rest:
-            self.copies[t][key] = rest
-        else:
-            del self.copies[t][key]
-
-    def _unref(self, t: int, sid: int, ts: int, plen: int, key, data: int) -> None:
-        k = self.copy_key[t].get(sid)
-        if k is not None and self.ref[t][sid] == 1 and sid not in self.page_key[t]:
-            if self.index[t].get(k) is not None:
-                # The copy's last holder lets go while the owner is still there: it joins the
-                # cache under the same hash (not reachable until the owner is evicted).
-                j = self._j
-                if j is not None:
-                    j.item(self.ref[t], sid)
-                    j.item(self.page_key[t], sid)
-                del self.ref[t][sid]
-                self.page_key[t][sid] = k
-                self.pool.to_cached(t, sid, ts, plen)
-                return
-            self._drop_copy(t, sid)  # the owner is gone: the base class makes this page the owner
-        super()._unref(t, sid, ts, plen, key, data)
-
-    def _on_evict(self, t: int, sid: int) -> None:
-        key = self.page_key[t].get(sid)
-        super()._on_evict(t, sid)
-        if sid in self.copy_key[t]:  # a cached copy is reused
-            self._drop_copy(t, sid)
-            return
-        if key is None or key in self.index[t] or key not in self.copies[t]:
-            return
-        c = self.copies[t][key][0]
-        self._drop_copy(t, c)
-        if self._j is not None:
-            self._j.item(self.index[t], key)
-            self._j.item(self.page_key[t], c)
-        self.index[t][key] = c
-        self.page_key[t][c] = key
 
 class VllmCurrent(TodaysVllmRules, HybridGroups):
     """vLLM 0.32's hybrid manager: :class:`HybridGroups` + reachable-only sliding-window caching

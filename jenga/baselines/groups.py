@@ -26,8 +26,10 @@ class MaxPage(_OnePageSize):
     """Every type's small page padded to the largest one (the artifact's dummy-layer max page)."""
 
     system_name = "max_page"
-    # The artifact's max page runs in Jenga's forks, with their sliding-window retention.
-    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens")
+    # The artifact's max page runs in Jenga's forks, with their sliding-window retention; in the v1
+    # fork it is HybridKVCacheManager over vLLM v1's BlockPool (kv_cache_utils.py
+    # _get_kv_cache_config_max_page), hence keep_block_copies (D4) on v1 cells.
+    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens", "keep_block_copies")
 
     def storage_types(self, **_):
         self.page_bytes = self.geometry.max_small_page_bytes
@@ -49,7 +51,9 @@ class HybridGroups(_OnePageSize):
     system_name = "hybrid_groups"
     # Upstream frees at exactly the window (retention 0, the default); the option lets the ablation
     # give it the artifact's 192 tokens to separate retention from the LCM allocator.
-    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens")
+    # keep_block_copies (D4): the hybrid manager exists only in vLLM v1, over its BlockPool, which
+    # keeps every copy of a block under its hash; harness/conf/system/hybrid_groups.yaml turns it on.
+    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens", "keep_block_copies")
 
     def _stored_specs(self):
         # vLLM keeps encoder outputs in its encoder cache, outside the KV pool (as vLLM v0 did).

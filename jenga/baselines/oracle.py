@@ -32,7 +32,7 @@ class Oracle(PagedManager):
     # Jenga's own sliding-window policy (retention past the window, widened hit check) on exact
     # bytes: without them the oracle frees at the window and loses the prefix hits Jenga keeps, so
     # it would not bound Jenga under prefix caching (ablation, Ministral: 0.59x vs Jenga's 1.05x).
-    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens")
+    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens", "keep_block_copies")
 
     def __init__(self, specs, capacity_bytes: int, tokens_per_page: int = 16,
                  enable_prefix_cache: bool = False, **options):

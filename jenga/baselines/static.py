@@ -19,8 +19,10 @@ class StaticPartition(PagedManager):
     """Per-type pools fixed at start; within a pool, one page size and its own LRU."""
 
     system_name = "static_partition"
-    # The artifact's static partition runs in Jenga's forks, with their sliding-window retention.
-    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens")
+    # The artifact's static partition runs in Jenga's forks, with their sliding-window retention;
+    # in the v1 fork each partition is a vLLM v1 BlockPool (static_partition_manager.py
+    # StaticPartitionKVCacheManager.block_pools), hence keep_block_copies (D4) on v1 cells.
+    option_names = ("sliding_retention_tokens", "sliding_hit_extra_tokens", "keep_block_copies")
 
     def make_pool(self, **_):
         lp = self.geometry.large_page_bytes

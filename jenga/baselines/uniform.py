@@ -20,6 +20,10 @@ class UniformPaged(PagedManager):
     """vLLM v0.6.3 PagedAttention: one page size, no per-type freeing."""
 
     system_name = "vllm"
+    # keep_block_copies (D4, jenga/prefix.py): the v1 cells' baseline (--disable-hybrid-allocator) is
+    # the v1 fork's KVCacheManager over vLLM v1's BlockPool (kv_cache_manager.py), which keeps every
+    # copy of a block under its hash; v0's PrefixCachingBlockAllocator keeps one per hash.
+    option_names = ("keep_block_copies",)
 
     def accounted_specs(self):
         return [s for s in self.specs if not isinstance(s, VisionEmbeddingSpec)]
