@@ -195,6 +195,24 @@ def test_vllm_sched_jenga_is_the_plugin_and_says_so():
     assert sorted((g["spec"], g["num_layers"]) for g in groups) == [("FullAttentionSpec", 2), ("SlidingWindowSpec", 2)]
 
 
+def test_vllm_sched_jenga_current_is_the_plugin_like_jenga():
+    """jenga_current (Jenga's LCM pool under vLLM 0.32's rules on backend=sim) is what the plugin is
+    inside vLLM: on vllm_sched it runs the plugin, step for step as system=jenga. Negative control:
+    vllm_current runs vLLM's hybrid manager (another allocator, another record)."""
+    from harness.backends import vllm_sched
+    # 1.3 MB is too tight for the hybrid manager's padded groups (vLLM refuses to start), not for the plugin
+    runs = {s: vllm_sched.run_cell(_stress_cell(s, kv, "+backend.options.check_invariants=true"),
+                                   tiny_profile(num_layers=5), _stress_workload())
+            for s, kv in (("jenga", 1_300_000), ("jenga_current", 1_300_000), ("vllm_current", 2_600_000))}
+    cur, jenga, hybrid = runs["jenga_current"], runs["jenga"], runs["vllm_current"]
+    assert cur.meta["requested_system"] == "jenga_current" and cur.meta["allocator"] == jenga.meta["allocator"]
+    assert cur.meta["allocator"].startswith("jenga_lcm") and not cur.meta["hybrid_kv_cache_manager"]
+    assert cur.meta["jenga_allocator"] == jenga.meta["jenga_allocator"]
+    assert cur.trace == jenga.trace and cur.metrics == jenga.metrics
+    assert cur.meta["jenga_allocator"]["large_pages_moved_between_types"] > 0  # the pool did real work
+    assert hybrid.meta["allocator"] == "vllm_hybrid_kv_cache_manager" and hybrid.meta["jenga_allocator"] is None
+
+
 # -- the real engine, bit for bit -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
