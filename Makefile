@@ -7,7 +7,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-stamp
 ARGS ?=
 
-.PHONY: setup test bench fuzz lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm test-vllm033 plugin-check crosscheck gpu-fig14 clean pages
+.PHONY: setup test bench bench-steps fuzz lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm test-vllm033 plugin-check crosscheck gpu-fig14 clean pages
 
 setup: $(STAMP)
 
@@ -32,6 +32,12 @@ bench: $(STAMP)
 	$(PY) -m bench.allocator $(ARGS)
 	@if [ -x $(VLLM_VENV)/bin/python ]; then $(VLLM_VENV)/bin/python -m bench.vllm_blockpool; \
 	else echo "pool/manager comparison with vLLM skipped: vLLM is not installed (make setup-vllm)"; fi
+
+# Issue 11's steps goal: vllm_sched steps-to-drain, the jenga_vllm plugin vs the hybrid manager, on the
+# crosscheck cells x variants x KV budgets (fractions of each cell's own); tens of minutes on 2 cores.
+# ARGS="--cells gemma3_12b-arxiv_qa --fracs 1 0.25 --out results/crosscheck/steps_to_drain.md".
+bench-steps: $(VLLM_STAMP)
+	HF_HUB_OFFLINE=1 $(VLLM_PY) -m bench.vllm_steps $(ARGS)
 
 # Random allocator streams (jenga/fuzz.py): every system (oracle included) and layer mix, failed
 # allocates and double frees, every invariant checked after every operation; minutes.

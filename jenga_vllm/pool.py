@@ -20,7 +20,13 @@ question: it pins the request's hit pages, then takes every group's new small pa
 for that request (request-aware first; on failure undo and retry preferring existing small pages,
 as ``jenga.manager_base.PagedManager._alloc_pages`` does), and answers "0 blocks needed" only if all of
 them were placed. ``get_new_blocks`` then hands out exactly those pages, so it can never fail
-half-way through a request's groups.
+half-way through a request's groups. A refused reservation changes nothing, as a refused
+``allocate_slots`` changes nothing in vLLM (its ``KVCacheManager.allocate_slots`` compares counts
+before it touches a block) and a failed ``allocate`` changes nothing in ``jenga/`` (the undo log of
+``PagedManager._begin`` / ``_end``, jenga/journal.py): unless ``LcmPagePool.sure_fit`` says the pages
+fit without evicting, the attempt runs under the pool's undo log, and the hashes of cached pages it
+evicts are dropped only once the reservation succeeds; on refusal the log is replayed, so every
+cached page (a preempted request's own sliding-window checkpoint, say) stays cached.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from collections import Counter
 
 from vllm.v1.core.block_pool import BlockPool
 
+from jenga.journal import Journal
 from jenga.pools.lcm import LcmPagePool
 
 
@@ -51,9 +58,13 @@ class JengaAllocator:
         self.pinned: dict[tuple[int, int], tuple[int, int]] = {}  # (group, sid) -> old eviction key
         self.stats = Counter()
         self.lp_types_seen: dict[int, set[int]] = {}  # large page -> types it has served
+        self.deferred: list[tuple[int, int]] | None = None  # evicted under an undo log, hash not yet dropped
 
     # -- hooks ---------------------------------------------------------------------------------------
     def _on_evict(self, t: int, sid: int) -> None:
+        if self.deferred is not None:
+            self.deferred.append((t, sid))
+            return
         self.groups[t].drop_hash(sid)
         self.stats["evicted_small_pages"] += 1
 
@@ -90,6 +101,30 @@ class JengaAllocator:
             for b in blocks:
                 if b.ref_cnt == 0 and not b.is_null and (t, b.block_id) not in self.pinned:
                     self.pinned[(t, b.block_id)] = pool.from_cached(t, b.block_id)
+        demand = {t: n for t, n in enumerate(new_pages) if n > 0}
+        journal = None
+        if demand and not pool.sure_fit(demand, request_id):
+            journal, self.deferred = Journal(), []
+            pool.begin(journal)
+        try:
+            ok = self._place(request_id, new_pages)
+        finally:
+            deferred, self.deferred = self.deferred, None
+            if journal is not None:
+                pool.begin(None)
+        if ok:
+            for t, sid in deferred or ():
+                self._on_evict(t, sid)
+            return True
+        if journal is not None:
+            journal.undo()  # the evicted cached pages are cached again; their hashes were kept
+        self.release_stale()
+        self.stats["refused"] += 1
+        return False
+
+    def _place(self, request_id: str, new_pages: list[int]) -> bool:
+        """Take ``new_pages[t]`` small pages per group for ``request_id`` (request-aware, then tight)."""
+        pool = self.pool
         for tight in (False, True):
             got: dict[int, list[int]] = {}
             ok = True
@@ -112,8 +147,6 @@ class JengaAllocator:
             for t, sids in got.items():
                 for sid in sids:
                     pool.free(t, sid)
-        self.release_stale()
-        self.stats["refused"] += 1
         return False
 
     def can_fit(self, new_pages: list[int]) -> bool:

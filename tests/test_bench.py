@@ -18,3 +18,19 @@ def test_our_half_runs_the_stream():
 def test_skips_cleanly_without_vllm(capsys):
     assert b.main(["--steps", "2", "--batch", "2", "--repeat", "1"]) == 0
     assert "skipped: vLLM is not installed" in capsys.readouterr().out
+
+
+def test_steps_table_flags_a_plugin_that_needs_more_steps():
+    """bench/vllm_steps.py's verdict column: yes when the plugin drains in <= the hybrid manager's
+    steps, **no** otherwise (negative control), '-' when an engine refused the budget."""
+    from bench import vllm_steps as s
+
+    def row(ours, theirs):
+        m = {"preemptions": 0, "prefix_hit_tokens": 0, "throughput_req_s": 1.0}
+        return {"cell": "c", "variant": "default", "frac": 0.5, "kv_bytes": 10**9,
+                "jenga": {**m, "num_steps": ours}, "vllm_current": {**m, "num_steps": theirs}}
+    assert s.markdown_row(row(10, 10)).endswith("| yes |")
+    assert s.markdown_row(row(11, 10)).endswith("| **no** |")
+    refused = row(10, 10)
+    refused["jenga"] = {"error": "jenga_vllm: one request of max_model_len=4096 tokens needs more"}
+    assert s.markdown_row(refused).endswith("| - |") and "refused: jenga_vllm" in s.markdown_row(refused)

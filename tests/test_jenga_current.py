@@ -6,35 +6,19 @@ from __future__ import annotations
 
 import pytest
 from conftest import req
+from current_fakes import ARTICLE, SPECS, full_manager, manager, run_prompt
 from sim_fakes import tiny_engine, tiny_profile
 
 import jenga
 from harness.backends.sim.engine import scheduler_config
 from harness.config import compose_cell
-from jenga import FullAttentionSpec, SlidingWindowSpec, make_manager
+from jenga import make_manager
 from jenga.baselines.current import full_sequence_demand
 from jenga.pools.lcm import LcmPagePool
 from jenga.registry import REGISTRY, full_prompt_admission_systems
 from jenga.testing import check_invariants
 
-# One full and one sliding layer, 8 bytes per token each, 1 token per page, window 4: both small
-# pages are 8 bytes, so the LCM large page is one small page and page counts are exact.
-SPECS = [FullAttentionSpec("full", 1, 8), SlidingWindowSpec("sw", 1, 8, window=4)]
-ARTICLE = list(range(1, 21))   # 20 shared tokens
 TODAY = ("vllm_current", "jenga_current")
-
-
-def _mm(system: str, pages: int = 400, **kw):
-    return make_manager(system, SPECS, pages * 8, tokens_per_page=1, enable_prefix_cache=True, **kw)
-
-
-def _run(m, r, decode: int = 0) -> int:
-    hit = m.lookup_prefix(r)
-    assert m.allocate(r, r.prompt_len - hit)
-    for i in range(decode):
-        r.output_token_ids.append(9000 + i)
-        assert m.allocate(r, 1)
-    return hit
 
 
 def test_registered_everywhere():
@@ -58,9 +42,9 @@ def test_frees_at_the_real_window_unlike_the_artifacts_jenga():
     Jenga (``system=jenga`` keeps ``sliding_retention_tokens`` past the window; 8 here) holds
     8 more sliding pages, 344 bytes."""
     def held(system, **kw):
-        m = _mm(system, **kw)
+        m = manager(system, **kw)
         r = req("a", list(range(100, 130)))
-        _run(m, r, decode=1)
+        run_prompt(m, r, decode=1)
         check_invariants(m)
         return m.usage().allocated_bytes
     assert held("jenga_current") == (31 + 4) * 8
@@ -73,31 +57,21 @@ def test_todays_caching_rules_on_the_lcm_pool():
     before its replay boundary 22; q2 misses the sliding layer at the article's end (hit 0,
     junction 20) and caches its sliding pages 17-19 while computing, so q3 hits all 20 tokens.
     Negative control: the artifact's Jenga caches every sliding page, so q2 already hits 20."""
-    m = _mm("jenga_current")
-    _run(m, req("q1", ARTICLE + [100, 101, 102]), decode=2)
+    m = manager("jenga_current")
+    run_prompt(m, req("q1", ARTICLE + [100, 101, 102]), decode=2)
     m.free(req("q1", []))
     sw = next(t for t, st in enumerate(m.types) if st.name == "sw")
     assert len(m.index[sw]) == 3
     q2 = req("q2", ARTICLE + [200, 201, 202])
-    assert _run(m, q2) == 0 and m.junction["q2"] == 20
+    assert run_prompt(m, q2) == 0 and m.junction["q2"] == 20
     m.free(q2)
-    assert _run(m, req("q3", ARTICLE + [300, 301, 302])) == 20
+    assert run_prompt(m, req("q3", ARTICLE + [300, 301, 302])) == 20
     check_invariants(m)
 
-    art = _mm("jenga")
-    _run(art, req("q1", ARTICLE + [100, 101, 102]), decode=2)
+    art = manager("jenga")
+    run_prompt(art, req("q1", ARTICLE + [100, 101, 102]), decode=2)
     art.free(req("q1", []))
-    assert _run(art, req("q2", ARTICLE + [200, 201, 202])) == 20
-
-
-FULL = [FullAttentionSpec("full", 1, 8)]
-
-
-def _full_mm(system: str, pages: int = 64):
-    # Negative control: hybrid_groups with keep_block_copies off (one owner per key, the v0 forks'
-    # rule; the cells run hybrid_groups with it on, tests/test_block_copies.py).
-    kw = {"keep_block_copies": False} if system == "hybrid_groups" else {}
-    return make_manager(system, FULL, pages * 8, tokens_per_page=1, enable_prefix_cache=True, **kw)
+    assert run_prompt(art, req("q2", ARTICLE + [200, 201, 202])) == 20
 
 
 @pytest.mark.parametrize("system", TODAY)
@@ -109,9 +83,9 @@ def test_a_live_copy_keeps_the_prefix_after_the_owner_is_evicted(system):
     keep_block_copies (one owner per key; a copy made while the owner ran is not indexed) finds
     only pages 0-2."""
     for name, expect in ((system, 20), ("hybrid_groups", 3)):
-        m = _full_mm(name)
+        m = full_manager(name)
         a = req("a", ARTICLE + [5])
-        _run(m, a)
+        run_prompt(m, a)
         b = req("b", ARTICLE + [7])
         assert m.allocate(b, 21)           # no lookup: b recomputes a's pages
         m.free(a)
@@ -128,9 +102,9 @@ def test_the_oldest_copy_is_found_first(system):
     control: hybrid_groups without keep_block_copies hands the key to b's live copy, so the same
     hit costs 1 page (8 bytes)."""
     for name, pages in ((system, 21), ("hybrid_groups", 1)):
-        m = _full_mm(name)
+        m = full_manager(name)
         a = req("a", ARTICLE + [5])
-        _run(m, a)
+        run_prompt(m, a)
         m.free(a)
         assert m.allocate(req("b", ARTICLE + [7]), 21)
         c = req("c", ARTICLE + [8])
@@ -145,9 +119,9 @@ def test_the_oldest_copy_is_found_first(system):
 def test_a_freed_copy_stays_cached_behind_the_owner(system):
     """b's copies are released while a's owner pages are cached: they join the cache too (vLLM's
     free queue keeps their hashes), and once a's pages are evicted c hits through them."""
-    m = _full_mm(system, pages=48)
+    m = full_manager(system, pages=48)
     a = req("a", ARTICLE + [5])
-    _run(m, a)
+    run_prompt(m, a)
     b = req("b", ARTICLE + [7])
     assert m.allocate(b, 21)
     m.free(a)

@@ -4,6 +4,7 @@ the assertions below (bit-identity on random weights: tests/test_vllm_plugin.py)
 
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
@@ -105,6 +106,42 @@ def test_gpu_only_cell_on_a_cpu_host_names_the_backends_to_use():
     cfg = compose_cell(["model=llama3_1_70b", "system=vllm", "backend=vllm", "gpu.count=4"])
     with pytest.raises(VllmUnavailable, match="needs a GPU.*backend=vllm_sched or backend=sim.*gpu-fig14"):
         vllm_backend.run_cell(cfg, load_profile(cfg.model), workload()[:1])
+
+
+def test_jenga_current_launches_the_engine_with_the_plugin_like_jenga(monkeypatch):
+    """No vLLM needed: the child is replaced by a stub that reads what the parent hands it. jenga and
+    jenga_current (Jenga's LCM pool under vLLM 0.32's rules, which is what the plugin is) start the
+    child with JENGA_VLLM=1 and the hybrid manager on, and the record's allocator says the plugin;
+    negative controls: vllm_current gets the hybrid manager without the plugin, vllm neither."""
+    from harness.backends.vllm import engine as vllm_backend
+    seen = {}
+
+    def fake_launch(python, workdir, timeout_s, jenga=False):
+        ea = json.loads((workdir / "spec.json").read_text())["engine_args"]
+        seen[ea["model"]] = (jenga, not ea["disable_hybrid_kv_cache_manager"])
+        return {"resolved": {"disable_hybrid_kv_cache_manager": ea["disable_hybrid_kv_cache_manager"],
+                             "hybrid_kv_cache_manager_in_effect": not ea["disable_hybrid_kv_cache_manager"],
+                             "jenga_allocator": {"admitted": 1} if jenga else None},
+                "steps": [], "requests": [{"request_id": "q0", "arrival_s": 0.0, "first_token_s": 0.5,
+                                           "finish_s": 1.0}],
+                "versions": {}, "device": "stub", "startup_s": 0.0, "run_s": 1.0}
+
+    monkeypatch.setattr(vllm_backend, "launch", fake_launch)
+    monkeypatch.setattr(vllm_backend, "check_host", lambda *a: {})
+    monkeypatch.setattr(vllm_backend, "vllm_python", lambda options: sys.executable)
+    monkeypatch.setattr(vllm_backend, "gpu_available", lambda: False)
+    runs = {}
+    for system in ("jenga", "jenga_current", "vllm_current", "vllm"):
+        seen.clear()
+        runs[system] = vllm_backend.run_cell(cell(system), tiny_profile(), workload()[:1]).meta
+        (launched,) = seen.values()
+        runs[system]["launched"] = launched
+    assert {s: m["launched"] for s, m in runs.items()} == {
+        "jenga": (True, True), "jenga_current": (True, True), "vllm_current": (False, True), "vllm": (False, False)}
+    assert runs["jenga_current"]["allocator"] == runs["jenga"]["allocator"]
+    assert runs["jenga_current"]["allocator"].startswith("jenga_lcm")
+    assert runs["jenga_current"]["requested_system"] == "jenga_current"
+    assert runs["vllm_current"]["allocator"] == "vllm_hybrid_kv_cache_manager"
 
 
 @pytest.mark.skipif(have_vllm(), reason="checks the message of an environment without vLLM")

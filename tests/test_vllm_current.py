@@ -5,32 +5,15 @@ sliding-window caching (D3), shared-prefix junction pinning (D2), the full-promp
 from __future__ import annotations
 
 from conftest import req
+from current_fakes import ARTICLE, full_manager, manager, run_prompt
 from sim_fakes import make_requests
 
 from harness.backends.sim.engine import simulate
 from harness.backends.sim.scheduler import SchedulerConfig
 from harness.tools.crosscheck import worst_gap
-from jenga import FullAttentionSpec, SlidingWindowSpec, make_manager
+from jenga import FullAttentionSpec, make_manager
 from jenga.baselines.current import full_sequence_demand
 from jenga.testing import check_invariants
-
-# One full and one sliding layer, equal layer counts (one group each), 1 token per page, window 4:
-# a sliding hit at L needs pages L-3 .. L-1 (need = 3).
-SPECS = [FullAttentionSpec("full", 1, 8), SlidingWindowSpec("sw", 1, 8, window=4)]
-ARTICLE = list(range(1, 21))   # 20 shared tokens
-
-
-def _mm(system: str, pages: int = 400):
-    return make_manager(system, SPECS, pages * 8, tokens_per_page=1, enable_prefix_cache=True)
-
-
-def _run(m, r, decode: int = 0) -> int:
-    hit = m.lookup_prefix(r)
-    assert m.allocate(r, r.prompt_len - hit)
-    for i in range(decode):
-        r.output_token_ids.append(9000 + i)
-        assert m.allocate(r, 1)
-    return hit
 
 
 def _sliding_keys(m) -> int:
@@ -42,8 +25,8 @@ def test_only_reachable_sliding_pages_are_cached():
     its replay boundary (22) -- the same whether it finished or was preempted (free is free);
     hybrid_groups caches all 25 (out-of-window ones stale)."""
     for system, expect in (("vllm_current", 3), ("hybrid_groups", 25)):
-        m = _mm(system)
-        _run(m, req("a", ARTICLE + [100, 101, 102]), decode=2)
+        m = manager(system)
+        run_prompt(m, req("a", ARTICLE + [100, 101, 102]), decode=2)
         m.free(req("a", []))  # free goes by request id
         assert _sliding_keys(m) == expect, system
         check_invariants(m)
@@ -53,34 +36,34 @@ def test_junction_makes_the_next_sibling_hit_the_whole_article():
     """D2: q1's sliding tail is at its own prompt end, so sibling q2 hits full attention through the
     article but not the sliding layer: junction 20. q2 caches its sliding pages 17-19 while computing,
     so q3 hits all 20 article tokens. Negative control: without the junction q3 misses."""
-    m = _mm("vllm_current")
-    _run(m, req("q1", ARTICLE + [100, 101, 102, 103]))
+    m = manager("vllm_current")
+    run_prompt(m, req("q1", ARTICLE + [100, 101, 102, 103]))
     m.free(req("q1", []))
     q2 = req("q2", ARTICLE + [200, 201, 202, 203])
-    assert _run(m, q2) == 0 and m.junction["q2"] == 20
+    assert run_prompt(m, q2) == 0 and m.junction["q2"] == 20
     m.free(q2)
-    assert _run(m, req("q3", ARTICLE + [300, 301, 302, 303])) == 20
+    assert run_prompt(m, req("q3", ARTICLE + [300, 301, 302, 303])) == 20
     check_invariants(m)
 
-    control = _mm("vllm_current")
+    control = manager("vllm_current")
     control.lookup_prefix = lambda r, f=control.lookup_prefix: (f(r), control.junction.clear())[0]
-    _run(control, req("q1", ARTICLE + [100, 101, 102, 103]))
+    run_prompt(control, req("q1", ARTICLE + [100, 101, 102, 103]))
     control.free(req("q1", []))
-    _run(control, req("q2", ARTICLE + [200, 201, 202, 203]))
+    run_prompt(control, req("q2", ARTICLE + [200, 201, 202, 203]))
     control.free(req("q2", []))
-    assert _run(control, req("q3", ARTICLE + [300, 301, 302, 303])) == 0
+    assert run_prompt(control, req("q3", ARTICLE + [300, 301, 302, 303])) == 0
 
 
 def test_full_sequence_demand_exact():
     """vLLM 0.32's allocate_slots(full_sequence_must_fit): full needs every page of the sequence;
     the sliding window is capped at cdiv(min(W - 1 + in_flight, N), block) + 1."""
-    m = _mm("vllm_current")
+    m = manager("vllm_current")
     r = req("x", list(range(1000, 1100)))
     m.lookup_prefix(r)
     # full 100 pages; sliding min(100, cdiv(min(3 + 10, 100), 1) + 1 = 14) -> 114 pages of 8 bytes
     assert full_sequence_demand(m, r, 0, 100, 10) == (100 + 14) * 8
     # a 20-token hit on pages another running request holds costs nothing for them
-    _run(m, req("o", ARTICLE + [5]))  # still running: holds the article's pages
+    run_prompt(m, req("o", ARTICLE + [5]))  # still running: holds the article's pages
     sib = req("s", ARTICLE + list(range(50, 60)))
     hit = m.lookup_prefix(sib)
     assert hit == 20
@@ -109,10 +92,9 @@ class _UnitCost:
 def test_live_copy_takes_the_key_of_a_cached_page():
     """A request that recomputes a cached prefix (no hit) registers its own pages: once the cached
     copies are evicted, the prefix is still found through the live copy."""
-    m = make_manager("vllm", [FullAttentionSpec("full", 1, 8)], 64 * 8, tokens_per_page=1,
-                     enable_prefix_cache=True)
+    m = full_manager("vllm")
     a = req("a", ARTICLE)
-    _run(m, a)
+    run_prompt(m, a)
     m.free(a)
     b = req("b", ARTICLE + [7])
     assert m.allocate(b, 21)  # computed from scratch, no lookup: its pages duplicate a's cached ones

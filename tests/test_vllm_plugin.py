@@ -195,6 +195,50 @@ def test_vllm_sched_jenga_is_the_plugin_and_says_so():
     assert sorted((g["spec"], g["num_layers"]) for g in groups) == [("FullAttentionSpec", 2), ("SlidingWindowSpec", 2)]
 
 
+def test_vllm_sched_jenga_current_is_the_plugin_like_jenga():
+    """jenga_current (Jenga's LCM pool under vLLM 0.32's rules on backend=sim) is what the plugin is
+    inside vLLM: on vllm_sched it runs the plugin, step for step as system=jenga. Negative control:
+    vllm_current runs vLLM's hybrid manager (another allocator, another record)."""
+    from harness.backends import vllm_sched
+    # 1.3 MB is too tight for the hybrid manager's padded groups (vLLM refuses to start), not for the plugin
+    runs = {s: vllm_sched.run_cell(_stress_cell(s, kv, "+backend.options.check_invariants=true"),
+                                   tiny_profile(num_layers=5), _stress_workload())
+            for s, kv in (("jenga", 1_300_000), ("jenga_current", 1_300_000), ("vllm_current", 2_600_000))}
+    cur, jenga, hybrid = runs["jenga_current"], runs["jenga"], runs["vllm_current"]
+    assert cur.meta["requested_system"] == "jenga_current" and cur.meta["allocator"] == jenga.meta["allocator"]
+    assert cur.meta["allocator"].startswith("jenga_lcm") and not cur.meta["hybrid_kv_cache_manager"]
+    assert cur.meta["jenga_allocator"] == jenga.meta["jenga_allocator"]
+    assert cur.trace == jenga.trace and cur.metrics == jenga.metrics
+    assert cur.meta["jenga_allocator"]["large_pages_moved_between_types"] > 0  # the pool did real work
+    assert hybrid.meta["allocator"] == "vllm_hybrid_kv_cache_manager" and hybrid.meta["jenga_allocator"] is None
+
+
+def test_a_refused_reservation_evicts_nothing():
+    """vLLM's allocate_slots refuses before it touches a block, and a failed jenga allocate is undone
+    (jenga/journal.py); so a refused plugin reservation must leave every cached page cached with its
+    hash (before this rule, a refused chunk evicted a preempted request's own sliding-window
+    checkpoint and its resume missed). Negative control: a reservation that succeeds does evict."""
+    from types import SimpleNamespace
+
+    from jenga_vllm.pool import JengaAllocator
+
+    dropped = []
+    cfg = SimpleNamespace(small_page_bytes=[2, 1], large_page_bytes=2, num_blocks=5)  # large page 0: null blocks
+    alloc = JengaAllocator(cfg, enable_caching=True)
+    alloc.groups = [SimpleNamespace(drop_hash=lambda sid, t=t: dropped.append((t, sid))) for t in range(2)]
+    pool = alloc.pool
+    a = [pool.alloc(0, "a") for _ in range(2)]
+    for i, sid in enumerate(a):
+        pool.to_cached(0, sid, 1, i + 1)   # a finished: two cached large pages
+    pool.alloc(0, "b")                     # b runs: one large page left free
+    before = (list(pool.free_large), list(pool.cached), list(pool.used), dict(pool.path_counts))
+    assert not alloc.reserve("c", [4, 0], [[], []])  # needs 4 large pages, 3 obtainable
+    assert dropped == [] and alloc.stats["refused"] == 1
+    assert (list(pool.free_large), list(pool.cached), list(pool.used), dict(pool.path_counts)) == before
+    assert alloc.reserve("c", [3, 0], [[], []])      # fits by evicting a's two cached pages
+    assert sorted(dropped) == sorted((0, sid) for sid in a) and pool.cached == [0, 0]
+
+
 # -- the real engine, bit for bit -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,13 @@ throughput is simulated exactly as ``backend=sim``'s and the two differ only by 
 allocator. ``prefix_cache_retention_interval`` is pinned per cell (``backend.options``; default 0,
 what ``vllm serve`` uses) because it changes sliding-window hit rates a lot.
 
-System ↔ vLLM: ``vllm`` → hybrid manager off; ``hybrid_groups`` → hybrid manager on; ``jenga`` →
-the jenga_vllm plugin (one group per layer type, page-layer layout, ``jenga/``'s LCM pool under
-vLLM's own per-type managers; the record's ``allocator`` says ``jenga_lcm``). Other systems exist
-only in ``backend=sim``. ``backend.options.check_invariants=true`` checks the plugin's pool
+System ↔ vLLM: ``vllm`` → hybrid manager off; ``hybrid_groups`` and ``vllm_current`` → hybrid
+manager on; ``jenga`` and ``jenga_current`` → the jenga_vllm plugin (one group per layer type,
+page-layer layout, ``jenga/``'s LCM pool under vLLM's own per-type managers; the record's
+``allocator`` says ``jenga_lcm``). ``jenga_current`` on ``backend=sim`` is Jenga's LCM pool under
+vLLM 0.32's rules (jenga/baselines/jenga_current.py), which is what the plugin is inside vLLM; the
+artifact's ``jenga`` rules (retention, widened hit check) do not exist in vLLM, so on these backends
+both names run the same plugin. Other systems exist only in ``backend=sim``. ``backend.options.check_invariants=true`` checks the plugin's pool
 invariants after every step (tests).
 """
 
@@ -32,8 +35,11 @@ from jenga.registry import check_system_names
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 
 # system (a jenga registry name) -> hybrid KV cache manager on?
-SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True}
+SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True, "jenga_current": True}
 check_system_names(SYSTEM_HYBRID, "harness.backends.vllm_sched.SYSTEM_HYBRID")
+# systems whose allocator is the jenga_vllm plugin here (backend=vllm_sched and backend=vllm)
+PLUGIN_SYSTEMS = frozenset({"jenga", "jenga_current"})
+check_system_names(PLUGIN_SYSTEMS, "harness.backends.vllm_sched.PLUGIN_SYSTEMS")
 BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler", "check_invariants"}
 JENGA_ALLOCATOR = "jenga_lcm (jenga_vllm plugin: jenga/ LCM pool under vLLM's per-type managers)"
 
@@ -44,6 +50,11 @@ def hybrid_for_system(system: str, backend: str) -> bool:
         raise ValueError(f"system={system!r} cannot run on backend={backend}: vLLM has no such allocator; "
                          f"allowed systems: {sorted(SYSTEM_HYBRID)} (use backend=sim for the others)")
     return SYSTEM_HYBRID[system]
+
+
+def runs_plugin(system: str) -> bool:
+    """Whether ``system`` runs the jenga_vllm plugin on a vLLM backend (:data:`PLUGIN_SYSTEMS`)."""
+    return system in PLUGIN_SYSTEMS
 
 
 def scheduler_options(cfg, options: dict) -> dict:
@@ -151,7 +162,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     )
     system = str(cfg.system.name)
     hybrid = hybrid_for_system(system, "vllm_sched")
-    jenga = system == "jenga"
+    jenga = runs_plugin(system)
     options = dict(cfg.backend.options or {})
     check_options(options, BACKEND_OPTIONS, "vllm_sched")
     require_vllm()

@@ -75,7 +75,4 @@ def plot(df: pd.DataFrame, path: Path, mode: str, note: str) -> Path:
 
 
 def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
-    df, agg = summarize(p, records)
-    rp.write(df, agg, p, out)
-    print(f"figure: {plot(df, rp.figure_path(p, out), p.mode, p.study.get('plot_note', ''))}")
-    return agg
+    return rp.summarize_write_plot(p, records, out, summarize, plot, p.study.get("plot_note", ""))

@@ -1,5 +1,6 @@
-"""What the specdec, vlm_embed and mamba_prefix reports share: the record fields their per-seed
-rows keep, the file names, and the bar figures' CI whiskers, legend and "simulated" title."""
+"""What the specdec, vlm_embed and mamba_prefix reports share: the report itself
+(:func:`summarize_write_plot`), the record fields their per-seed rows keep, the file names, and the
+bar figures' CI whiskers, legend and "simulated" title."""
 
 from __future__ import annotations
 
@@ -36,6 +37,16 @@ def write(df: pd.DataFrame, agg: pd.DataFrame, p: SweepPlan, out: Path) -> None:
 
 def figure_path(p: SweepPlan, out: Path) -> Path:
     return out / f"{p.name}{common.suffix(p)}.png"
+
+
+def summarize_write_plot(p: SweepPlan, records: list[dict], out: Path, summarize, plot, *plot_args) -> pd.DataFrame:
+    """The whole ``report()`` of specdec, vlm_embed and mamba_prefix: ``summarize(p, records)`` ->
+    (per-seed rows, seed means), :func:`write` both, ``plot(rows, figure path, mode, *plot_args)``;
+    prints the figure's path and returns the means."""
+    df, agg = summarize(p, records)
+    write(df, agg, p, out)
+    print(f"figure: {plot(df, figure_path(p, out), p.mode, *plot_args)}")
+    return agg
 
 
 def yerr(agg: pd.DataFrame, metric: str, scale: float = 1.0):

@@ -82,7 +82,4 @@ def plot(df: pd.DataFrame, path: Path, mode: str) -> Path:
 
 
 def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
-    df, agg = summarize(p, records)
-    rp.write(df, agg, p, out)
-    print(f"figure: {plot(df, rp.figure_path(p, out), p.mode)}")
-    return agg
+    return rp.summarize_write_plot(p, records, out, summarize, plot)

@@ -8,8 +8,8 @@ step stats and what vLLM resolved. A crash, OOM or timeout ends that cell only: 
 raises with the child's error and log tail, and ``harness.run`` writes the failure record.
 
 System ↔ vLLM (as in ``backend=vllm_sched``): ``vllm`` → hybrid KV cache manager off;
-``hybrid_groups`` → on; ``jenga`` → the jenga_vllm plugin (``JENGA_VLLM=1`` in the child's
-environment: one KV-cache group per layer type, page-layer layout, ``jenga/``'s LCM pool; the
+``hybrid_groups`` and ``vllm_current`` → on; ``jenga`` and ``jenga_current`` → the jenga_vllm plugin
+(``JENGA_VLLM=1`` in the child's environment: one KV-cache group per layer type, page-layer layout, ``jenga/``'s LCM pool; the
 record's ``allocator`` says ``jenga_lcm`` only if the child's engine really ran it).
 
 Backend options (``backend.options``): ``engine_args`` (extra vLLM ``EngineArgs``, checked by
@@ -32,7 +32,7 @@ from harness.backends.settings import EngineSettings, GpuSettings
 from harness.backends.sim.cost import profile_tokens
 from harness.backends.vllm.hf_config import write_hf_config
 from harness.backends.vllm.plan import INSTALL_HINT, VllmUnavailable, gpu_available, have_vllm
-from harness.backends.vllm_sched import allocator_name, check_options, hybrid_for_system
+from harness.backends.vllm_sched import allocator_name, check_options, hybrid_for_system, runs_plugin
 from harness.profile import ModelProfile
 from harness.records import REPO_ROOT, RunResult, summarize_requests
 from harness.workloads.request import Request
@@ -200,7 +200,7 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
         (workdir / "requests.json").write_text(json.dumps([
             {"request_id": r.request_id, "arrival_time": float(r.arrival_time), "output_len": int(r.output_len),
              "prompt_token_ids": [int(t) for t in r.prompt_token_ids]} for r in requests]))
-        result = launch(python, workdir, float(options.get("timeout_s", 3600)), jenga=system == "jenga")
+        result = launch(python, workdir, float(options.get("timeout_s", 3600)), jenga=runs_plugin(system))
     finally:
         if not options.get("keep_workdir"):
             shutil.rmtree(workdir, ignore_errors=True)

@@ -55,7 +55,7 @@ def _resolved(engine) -> dict:
         alloc = getattr(mgr, "jenga", None)
         out["jenga_allocator"] = alloc.summary() if alloc is not None else None
         if os.environ.get("JENGA_VLLM") == "1" and alloc is None:
-            raise RuntimeError("system=jenga asked for the jenga_vllm plugin (JENGA_VLLM=1) but the engine runs "
+            raise RuntimeError("system=jenga / jenga_current asked for the jenga_vllm plugin (JENGA_VLLM=1) but the engine runs "
                                "vLLM's own KV cache manager: the vllm.general_plugins entry point is not installed "
                                "in this venv (pip install -e . from the repository) or VLLM_PLUGINS excludes it")
     return out
