@@ -193,10 +193,11 @@ def test_ctrl_c_stops_a_running_sweep(tmp_path):
     log = tmp_path / "stderr.txt"
     with open(log, "w") as errf:
         # SIGINT at its default, as in a terminal (a runner may start us with it ignored; Python then
-        # installs no KeyboardInterrupt handler in the child).
+        # installs no KeyboardInterrupt handler in the child). preexec_fn's thread hazard is a
+        # deadlock in the fork child's allocator; this one only resets a signal disposition.
         p = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
                              stderr=errf, text=True, start_new_session=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
     start = time.monotonic()
     # The loky pool is up and both workers sleep (and at least 6 s have passed, as before).
     while len(list(tmp_path.glob("up*"))) < 2 or time.monotonic() - start < 6:
