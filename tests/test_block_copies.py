@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import req
+from current_fakes import ARTICLE, FULL, run_prompt
 
 from harness.backends.sim.engine import system_options
 from harness.config import compose_cell
@@ -17,8 +18,6 @@ from jenga import FullAttentionSpec, SlidingWindowSpec, SpecError, make_manager
 from jenga.baselines.current import full_sequence_demand
 from jenga.testing import check_invariants
 
-FULL = [FullAttentionSpec("full", 1, 8)]
-ARTICLE = list(range(1, 21))   # 20 shared tokens
 # The systems that take the option (the artifact's systems on its v1 fork, and hybrid_groups).
 OPTION = ("vllm", "max_page", "static_partition", "jenga", "hybrid_groups", "oracle")
 
@@ -26,12 +25,6 @@ OPTION = ("vllm", "max_page", "static_partition", "jenga", "hybrid_groups", "ora
 def _mm(system: str, copies: bool, pages: int = 64, specs=FULL):
     return make_manager(system, specs, pages * 8, tokens_per_page=1, enable_prefix_cache=True,
                         keep_block_copies=copies)
-
-
-def _run(m, r) -> int:
-    hit = m.lookup_prefix(r)
-    assert m.allocate(r, r.prompt_len - hit)
-    return hit
 
 
 def _concurrent_copies_then_evict(system: str, copies: bool) -> tuple[int, object]:
@@ -73,7 +66,7 @@ def test_a_live_copy_keeps_the_prefix_after_the_owner_is_evicted(system):
     21), b's copy keeps the whole article findable; off, only pages 0-2 are."""
     for copies, expect in ((True, 20), (False, 3)):
         m = _mm(system, copies)
-        _run(m, req("a", ARTICLE + [5]))
+        run_prompt(m, req("a", ARTICLE + [5]))
         assert m.allocate(req("b", ARTICLE + [7]), 21)   # no lookup: b recomputes a's pages
         m.free(req("a", []))
         assert m.allocate(req("f", list(range(500, 540))), 40)
@@ -90,7 +83,7 @@ def test_the_oldest_copy_is_found_first(system):
     for copies, pages in ((True, 21), (False, 1)):
         m = _mm(system, copies)
         a = req("a", ARTICLE + [5])
-        _run(m, a)
+        run_prompt(m, a)
         m.free(a)
         assert m.allocate(req("b", ARTICLE + [7]), 21)
         c = req("c", ARTICLE + [8])
@@ -112,7 +105,7 @@ def test_a_freed_copy_stays_cached_behind_the_owner(system):
         for extra, expect in (((0, 20), (3, 18)) if copies else ((0, 0),)):
             m = _mm(system, copies, pages=48)
             a = req("a", ARTICLE + [5])
-            _run(m, a)
+            run_prompt(m, a)
             b = req("b", ARTICLE + [7])
             assert m.allocate(b, 21)
             m.free(a)
