@@ -7,7 +7,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-stamp
 ARGS ?=
 
-.PHONY: setup test bench bench-steps fuzz lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm test-vllm033 plugin-check crosscheck gpu-fig14 clean pages
+.PHONY: setup test test-slow test-all bench bench-steps fuzz lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm test-vllm033 plugin-check crosscheck gpu-fig14 clean pages
 
 setup: $(STAMP)
 
@@ -19,8 +19,20 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[harness,dev]"
 	touch $(STAMP)
 
+# make test: the fast suite (every unit, property and command check; under a minute on 2 cores).
+# make test-slow: the end-to-end checks that run whole smoke studies, launchers and subprocess sweeps
+# (tests marked `slow`). make test-all: both in one run; CI (.ci/run) runs it. Bytecode is written
+# even where the environment sets PYTHONDONTWRITEBYTECODE: the CLI tests start fresh interpreters,
+# and recompiling the harness in each is seconds.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 2 --dist worksteal
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 tests
+	$(PYTEST) -m "not slow" tests
+
+test-slow: $(STAMP)
+	$(PYTEST) -m slow tests
+
+test-all: $(STAMP)
+	$(PYTEST) tests
 
 # LCM page geometry of the model zoo (paper §4.4); ARGS=model=<name> for one model.
 pages: $(STAMP)

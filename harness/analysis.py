@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 PAPER_DIR = Path(__file__).resolve().parent.parent / "results" / "paper"
 # Which published table an experiment is compared with.
@@ -50,6 +49,8 @@ def mean_ci(values: Iterable[float], confidence: float = 0.95, log: bool = False
     if v.size < 2 or float(v.std(ddof=1)) == 0.0:
         lo = hi = m if v.size >= 2 else float("nan")
     else:
+        from scipy import stats  # here, not at import: scipy.stats is ~2 s of every command's start
+
         lo, hi = stats.t.interval(confidence, v.size - 1, loc=m, scale=stats.sem(v))
     f = np.exp if log else (lambda x: x)
     return float(f(m)), float(f(lo)), float(f(hi))
@@ -245,4 +246,6 @@ def rank_agreement(summary: pd.DataFrame, system: str = "jenga") -> float:
     s = summary[(summary["system"] == system)].dropna(subset=["speedup", "paper_speedup"])
     if len(s) < 3 or s["speedup"].nunique() < 2 or s["paper_speedup"].nunique() < 2:
         return float("nan")
+    from scipy import stats
+
     return float(stats.spearmanr(s["speedup"], s["paper_speedup"]).statistic)

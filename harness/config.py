@@ -323,8 +323,12 @@ def _conf_stamp(conf: Path) -> tuple:
 
 
 def _compose_cell(overrides: list[str], conf: Path) -> DictConfig:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    """Hydra's composition in its own two steps: the defaults list (the group choices) is composed
+    once per distinct choice and kept; the config overrides (``seed=1``, ``dataset.num_requests=4``)
+    are then applied to a copy by Hydra's own override code, as ``compose`` applies them after the
+    defaults list (``ConfigLoaderImpl._load_configuration_impl``). A study's seeds and per-cell
+    values so pay one composition per model x dataset x gpu x system x backend x mode, not one per
+    cell; tests/test_config.py checks every experiment cell against a whole ``compose``."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -334,23 +338,69 @@ def _compose_cell(overrides: list[str], conf: Path) -> DictConfig:
             value = ov.split("=", 1)[1]
             if value not in options(head, conf):
                 raise ConfigError(f"unknown {head} {value!r}; valid {head} names: {options(head, conf)}")
-    global _INITIALIZED_DIR
     try:
-        gh = GlobalHydra.instance()
-        # Initialising Hydra costs more than composing; keep it while the config dir is ours.
-        if not (gh.is_initialized() and _INITIALIZED_DIR == str(conf)):
-            if gh.is_initialized():
-                gh.clear()
-            initialize_config_dir(config_dir=str(conf), version_base="1.3")
-            _INITIALIZED_DIR = str(conf)
-        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        split = _split_overrides(overrides)
+        if split is None:                       # Hydra's own nodes, packages, sweeps: one whole compose
+            cfg, choices = _hydra_compose(overrides, conf)
+        else:
+            groups, values = split
+            key = (tuple(groups), str(conf), _conf_stamp(conf))
+            if key not in _DEFAULTS_COMPOSED:
+                if len(_DEFAULTS_COMPOSED) >= 1024:
+                    _DEFAULTS_COMPOSED.clear()
+                _DEFAULTS_COMPOSED[key] = _hydra_compose(groups, conf)
+            base, choices = _DEFAULTS_COMPOSED[key]
+            cfg = copy.deepcopy(base)
+            if values:
+                from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+                ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_explain(exc)) from exc
+    check_cell(cfg, choices, conf)
+    return cfg
+
+
+_DEFAULTS_COMPOSED: dict[tuple, tuple[DictConfig, dict[str, str]]] = {}
+
+
+def _split_overrides(overrides: list[str]) -> tuple[list[str], list] | None:
+    """(group overrides as written, parsed config overrides) as Hydra's defaults list splits them
+    (``defaults_list.Overrides``: a group name with a non-dict value is a group override), or None
+    where the override touches Hydra's own config, a package or a sweep (composed whole)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    groups, values = [], []
+    for line, o in zip(overrides, parsed, strict=True):
+        key = o.key_or_group
+        if key.startswith("hydra") or "/" in key or o.package is not None or o.is_sweep_override():
+            return None
+        if key in GROUPS and not isinstance(o.value(), dict):
+            groups.append(line)
+        else:
+            values.append(o)
+    return groups, values
+
+
+def _hydra_compose(overrides: list[str], conf: Path) -> tuple[DictConfig, dict[str, str]]:
+    """One whole Hydra ``compose`` (hydra node dropped) and the group choices it made."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    global _INITIALIZED_DIR
+    gh = GlobalHydra.instance()
+    # Initialising Hydra costs more than composing; keep it while the config dir is ours.
+    if not (gh.is_initialized() and _INITIALIZED_DIR == str(conf)):
+        if gh.is_initialized():
+            gh.clear()
+        initialize_config_dir(config_dir=str(conf), version_base="1.3")
+        _INITIALIZED_DIR = str(conf)
+    cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
     choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items() if k in GROUPS}
     with _open(cfg):
         del cfg["hydra"]
-    check_cell(cfg, choices, conf)
-    return cfg
+    return cfg, choices
 
 
 def check_cell(cfg: DictConfig, choices: dict[str, str] | None = None, conf_dir: str | Path | None = None) -> None:

@@ -15,7 +15,8 @@ def test_every_kind_of_addition_has_an_example():
     assert set(EXAMPLES) >= {"system", "model", "dataset", "backend", "study"}
 
 
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
+# The study example runs a whole smoke study (~8 s): slow.
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "study" else n for n in sorted(EXAMPLES)])
 def test_example_runs(name, monkeypatch):
     monkeypatch.chdir(ROOT)
     exec(compile(EXAMPLES[name], f"ARCHITECTURE.md:{name}", "exec"), {"__name__": f"example_{name}"})  # noqa: S102 - running the documented examples is the test

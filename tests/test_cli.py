@@ -32,6 +32,7 @@ def _py(args: list[str], cwd: Path, timeout: int = 120) -> subprocess.CompletedP
 
 
 # -- 1. harness.run is a Hydra app -------------------------------------------------------------------
+@pytest.mark.slow
 def test_run_multirun_cfg_help_and_sweeper_params(tmp_path):
     out = tmp_path / "runs"
     r = _py(["-m", "harness.run", "-m", "system=vllm,jenga", *TINY, f"out_dir={out}"], tmp_path)
@@ -182,6 +183,7 @@ def test_smoke_outputs_are_git_ignored():
     assert r.returncode == 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_running_sweep(tmp_path):
     """SIGINT to the process group (what a terminal's ctrl-C sends) ends the pool at once: exit
     130, one line, no traceback, no worker left."""
@@ -287,6 +289,7 @@ def test_every_study_file_names_a_registered_kind_and_every_make_target_calls_ha
     assert "STUDY = $(PY) -m harness.study" in make and "SWEEP = $(STUDY) " in "\n".join(make)
 
 
+@pytest.mark.slow
 def test_study_entry_point_dry_runs_every_kind_family(capsys):
     """One entry point plans a figure, a sweep and an issue-6 study; --dry-run runs nothing."""
     assert driver.main([str(EXP / "fig13.yaml"), "mode=smoke", "seeds=0", "--dry-run"]) == 0

@@ -64,6 +64,7 @@ def test_per_system_overrides_only_that_system(tmp_path):
         experiment.plan(f, [])
 
 
+@pytest.mark.slow
 def test_smoke_end_to_end(tmp_path, fakes, capsys):
     f = tmp_path / "fig14.yaml"
     f.write_text(EXP)
@@ -89,6 +90,7 @@ def test_smoke_end_to_end(tmp_path, fakes, capsys):
     assert "0 run, 5 reused" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_real_fig13_smoke_end_to_end(tmp_path, capsys):
     """The shipped experiment file in smoke mode with the real allocator, models and workloads."""
     out = tmp_path / "fig13"

@@ -76,6 +76,7 @@ def test_unknown_architecture_lists_the_supported_ones():
         assert arch in str(e.value)
 
 
+@pytest.mark.slow
 def test_every_zoo_model_either_writes_or_says_why(tmp_path):
     written = []
     for name in options("model"):

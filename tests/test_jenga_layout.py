@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_jenga_props import MIXES, make_req, op
@@ -13,10 +12,24 @@ from test_jenga_props import MIXES, make_req, op
 import jenga
 from jenga import CrossAttentionSpec, FullAttentionSpec, ImageSpan, make_manager
 from jenga.hashing import BlockHasher
-from jenga.layout import PageLayerLayout
 from jenga.testing import check_invariants
 
 PAGED = [s for s in jenga.SYSTEM_NAMES if s != "oracle"]
+
+# torch (and jenga.layout, which needs it) is imported when the first test here runs, not at
+# collection: every xdist worker collects every module, and torch is ~3 s of that per worker.
+torch = PageLayerLayout = None
+
+
+@pytest.fixture(autouse=True)
+def _torch_imported():
+    global torch, PageLayerLayout
+    if torch is None:
+        import torch as _torch
+
+        from jenga.layout import PageLayerLayout as _layout
+
+        torch, PageLayerLayout = _torch, _layout
 
 
 def pattern(seed: int, n: int) -> torch.Tensor:

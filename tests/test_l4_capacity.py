@@ -42,7 +42,9 @@ def _cells(figure: str, gpu: str):
     return list(cells.items())
 
 
-CASES = [(f, g) for f in ("fig13", "fig14") for g in ("h100", "l4")]
+# The H100 panels (every cell x system, ~3-4 s each) run in `make test-slow`; L4's in `make test`.
+CASES = [pytest.param(f, g, marks=[pytest.mark.slow] if g == "h100" else [], id=f"{f}-{g}")
+         for f in ("fig13", "fig14") for g in ("h100", "l4")]
 
 
 def _longest(requests, k: int = 1):

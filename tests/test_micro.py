@@ -59,7 +59,9 @@ def test_seeds_on_the_command_line_replace_every_parts_seeds():
     ("label: decode_batch", "label: decode_batchh", "['decode_batchh'] name no micro part"),
     ("axes: [rate]", "axes: [rates]", "cell 'axes' must list some of the axes"),
     ("seeds: [0],", "seeds: [-1],", "cell 'frag_trace': every seed must be a whole number >= 0"),
-    ("dataset.output_len: 200", "dataset.output_lenn: 200", "Key 'output_lenn' not in 'DatasetConf'"),
+    # Composes the study's cells up to the bad one (~6 s): slow.
+    pytest.param("dataset.output_len: 200", "dataset.output_lenn: 200", "Key 'output_lenn' not in 'DatasetConf'",
+                 marks=pytest.mark.slow),
 ])
 def test_a_bad_key_in_the_study_file_is_one_error_before_anything_runs(tmp_path, capsys, old, new, needle):
     text = STUDY.read_text()
@@ -99,6 +101,7 @@ def test_dry_run_shows_each_cells_cache_status_and_runs_nothing(tmp_path, capsys
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_report_writes_summary_means_traces_and_figure(tmp_path):
     """micro.report on the smoke plan's first point of each part (one seed; the whole study runs
     through the driver in tests/test_notebook.py): the old driver's summary columns, seed means with

@@ -15,6 +15,9 @@ import pytest
 from harness.studies import mamba_prefix, micro, specdec, vlm_embed
 
 ROOT = Path(__file__).resolve().parents[1]
+# Runs four whole studies (~35 s on 2 cores): `make test-slow`, not `make test`.
+pytestmark = pytest.mark.slow
+
 STUDIES = {"micro": micro, "specdec": specdec, "vlm_embed": vlm_embed, "mamba_prefix": mamba_prefix}
 
 

@@ -41,6 +41,7 @@ def test_pages_jamba_reports_both_layouts(capsys):
     assert "ratio 84x (a large page = 1344 attention tokens)" in out
 
 
+@pytest.mark.slow
 def test_pages_zoo_table_via_module():
     res = subprocess.run([sys.executable, "-m", "harness.tools.pages"], capture_output=True, text=True, cwd=REPO,
                          timeout=120, check=False)

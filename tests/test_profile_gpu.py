@@ -21,6 +21,7 @@ def _load():
     return mod
 
 
+@pytest.mark.slow
 def test_cpu_tiny_profile_is_loaded_by_the_cost_model(tmp_path):
     mod = _load()
     out = tmp_path / "h100.yaml"

@@ -132,6 +132,7 @@ def test_lcm_zoo_table_ratios():
 
 
 # -- smoke sweeps end to end ----------------------------------------------------------------------
+@pytest.mark.slow
 def test_window_sweep_smoke_waste(tmp_path):
     """A window at least the request length makes Jenga's waste equal vLLM's; a window far shorter
     than the requests leaves vLLM holding out-of-window tokens that Jenga frees."""
@@ -149,6 +150,7 @@ def test_window_sweep_smoke_waste(tmp_path):
     assert w[(512, 8192, "vllm")] > 0.5 and w[(512, 8192, "jenga")] < 0.1
 
 
+@pytest.mark.slow
 def test_mix_sweep_smoke_measured_waste(tmp_path):
     rc = driver.main([str(EXP / "mix_sweep.yaml"), "mode=smoke", f"out_dir={tmp_path / 'runs'}", "--jobs", "1",
                       "--out", str(tmp_path / "out"), "--no-progress"])
@@ -211,6 +213,7 @@ def test_slurm_multirun_dry_run_prints_the_launcher():
     assert "SlurmLauncher" in out.stdout and "timeout_min: 30" in out.stdout
 
 
+@pytest.mark.slow
 def test_hydra_joblib_launcher_runs_cells(tmp_path):
     f = tmp_path / "tiny.yaml"
     f.write_text("name: tiny\nkind: lcm\nsystems: [jenga]\nbaseline: jenga\nseeds: [0, 1]\nzoo: [llama3_1_8b]\n"
@@ -247,6 +250,7 @@ def test_experiment_driver_takes_seeds_from_the_command_line():
     assert not any(o.startswith("seeds=") for r in three.runs for o in r.overrides)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study", ["ablation", "lcm_churn"])
 def test_ablation_and_lcm_reports_smoke(tmp_path, study):
     out = tmp_path / "out"

@@ -185,16 +185,30 @@ def test_mllama_tile_choice():
     assert mllama_tiles(300, 1000) == 2        # tall: 1x2 and 2x2 both upscale least (x1.12); smaller wins
 
 
-@pytest.mark.parametrize("dataset", ["mmlu_pro", "mmmu_pro", "arxiv_qa", "sharegpt"])
-def test_real_loader_without_hub_names_the_twin(dataset, tmp_path):
+REAL_DATASETS = ["mmlu_pro", "mmmu_pro", "arxiv_qa", "sharegpt"]
+
+
+@pytest.fixture(scope="module")
+def hubless_errors(tmp_path_factory) -> dict[str, str]:
+    """Each real loader's first output line in a fresh interpreter with an empty HF_HOME and the hub
+    offline (``datasets`` reads both at import); one interpreter for all four (each costs seconds)."""
     code = ("from harness.config import compose_cell\nfrom harness.workloads import build_workload\n"
-            f"cfg = compose_cell(['dataset={dataset}', 'dataset.source=hf', 'dataset.tokenizer=bytes', "
+            f"for dataset in {REAL_DATASETS!r}:\n"
+            "    cfg = compose_cell([f'dataset={dataset}', 'dataset.source=hf', 'dataset.tokenizer=bytes', "
             "'model=llama3_2_11b_vision'])\n"
-            "try:\n    build_workload(cfg)\nexcept Exception as e:\n    print(type(e).__name__ + ': ' + str(e))\n")
+            "    try:\n        build_workload(cfg)\n        print(dataset, 'LOADED')\n"
+            "    except Exception as e:\n        print(dataset, type(e).__name__ + ': ' + str(e).replace('\\n', ' '))\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HOME": str(tmp_path / "hf-empty")}
+           "HF_HOME": str(tmp_path_factory.mktemp("hf-empty"))}
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
-                         env=env, cwd=REPO, timeout=120, check=False).stdout
+                         env=env, cwd=REPO, timeout=240, check=False).stdout
+    lines = [line.split(" ", 1) for line in out.splitlines() if line.split(" ", 1)[0] in REAL_DATASETS]
+    return {name: rest for name, rest in lines}
+
+
+@pytest.mark.parametrize("dataset", REAL_DATASETS)
+def test_real_loader_without_hub_names_the_twin(dataset, hubless_errors):
+    out = hubless_errors.get(dataset, "")
     assert out.startswith("WorkloadError"), out
     assert "Hugging Face hub" in out and "dataset.source=twin" in out and dataset in out
 
