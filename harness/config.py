@@ -408,6 +408,7 @@ def check_cell(cfg: DictConfig, choices: dict[str, str] | None = None, conf_dir:
     value ranges (:func:`validate`) and the study variants' needs (:func:`_check_variants`).
     Raises :class:`ConfigError` naming the key."""
     choices = choices or {}
+    _unknown_keys(cfg)
     _missing(cfg, choices)
     _check_values(cfg, choices)
     validate(cfg)
@@ -497,6 +498,59 @@ def _nan_keys(node: Any, prefix: str = "") -> list[str]:
     return out
 
 
+def _schema_of(path: str):
+    """The dataclass that types the config node at dotted ``path`` ("" = the cell), or None where
+    the node is free-form (``model.extra``, ``system.options``, ...) or not in the schema."""
+    import dataclasses
+    import types
+    import typing
+
+    cls = CellConf
+    for part in [p for p in path.split(".") if p]:
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return None
+        typ = hints[part]
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        typ = args[0] if typing.get_origin(typ) in (typing.Union, types.UnionType) and len(args) == 1 else typ
+        if not dataclasses.is_dataclass(typ):
+            return None
+        cls = typ
+    return cls
+
+
+def _did_you_mean(path: str) -> str:
+    """`` (did you mean 'dataset.num_requests'?)`` for a misspelled dotted key, or ''."""
+    import dataclasses
+    import difflib
+
+    parent, _, name = path.rpartition(".")
+    cls = _schema_of(parent)
+    if cls is None:
+        return ""
+    near = difflib.get_close_matches(name, [f.name for f in dataclasses.fields(cls)], n=1)
+    return f" (did you mean {'.'.join(filter(None, (parent, near[0])))!r}?)" if near else ""
+
+
+def _unknown_keys(cfg: DictConfig, path: str = "") -> None:
+    """A key the schema does not have is a typo, even when added with ``+`` (Hydra lets ``+`` add a
+    key to a structured node and the cell would silently run without it): one error naming it."""
+    import dataclasses
+
+    cls = _schema_of(path)
+    if cls is None:
+        return
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in cfg:
+        full = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            raise ConfigError(f"unknown key {full!r}{_did_you_mean(full)}; the keys of "
+                              f"{path or 'a cell'} are the fields of harness/config.py {cls.__name__}: {sorted(names)}")
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig) and not node._is_none():
+            _unknown_keys(node, full)
+
+
 def validate(cfg: DictConfig) -> None:
     """Refuse out-of-range values, naming the key: counts and lengths of 0 or below, fractions
     outside (0, 1] (``engine.gpu_memory_utilization=1.5`` would hand vLLM more memory than the GPU
@@ -535,7 +589,9 @@ class _open:
 
 
 def _explain(exc: BaseException) -> str:
-    """One readable message from a Hydra/OmegaConf composition error chain."""
+    """One readable line from a Hydra/OmegaConf composition error chain: the key, what is wrong with
+    it and, for a misspelled key, the nearest real one. Hydra's advice to add the key with ``+``
+    is dropped: the schema has no such key, and :func:`_unknown_keys` refuses it anyway."""
     parts = []
     e: BaseException | None = exc
     while e is not None:
@@ -546,4 +602,18 @@ def _explain(exc: BaseException) -> str:
     text = "\n".join(parts)
     # Name the file: Hydra says "In 'model/foo'"; users edit harness/conf/model/foo.yaml.
     text = re.sub(r"In '(\w+)/(\w+)'", r"In harness/conf/\1/\2.yaml", text)
-    return f"cannot compose cell config: {text}"
+    full_key = re.search(r"full_key: (\S+)", text)
+    unknown = re.search(r"Key '(\w+)' not in '\w+'", text)
+    if unknown and full_key:
+        where = re.search(r"In (harness/conf/\S+\.yaml)", text)
+        return (f"cannot compose cell config: unknown key {full_key.group(1)!r}{_did_you_mean(full_key.group(1))}"
+                + (f" in {where.group(1)}" if where else ""))
+    bad_type = re.search(r"Value '(.*)' of type '(\w+)' could not be converted to (\w+)", text)
+    if bad_type and full_key:
+        where = re.search(r"In (harness/conf/\S+\.yaml)", text)
+        value, typ, want = bad_type.groups()
+        return (f"cannot compose cell config: {full_key.group(1)}={value} is not a valid {want.lower()} "
+                f"(got {typ})" + (f" in {where.group(1)}" if where else ""))
+    noise = ("To append to your config", "full_key:", "reference_type=", "object_type=")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
+    return f"cannot compose cell config: {'; '.join(lines)}"

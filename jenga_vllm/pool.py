@@ -26,7 +26,9 @@ before it touches a block) and a failed ``allocate`` changes nothing in ``jenga/
 ``PagedManager._begin`` / ``_end``, jenga/journal.py): unless ``LcmPagePool.sure_fit`` says the pages
 fit without evicting, the attempt runs under the pool's undo log, and the hashes of cached pages it
 evicts are dropped only once the reservation succeeds; on refusal the log is replayed, so every
-cached page (a preempted request's own sliding-window checkpoint, say) stays cached.
+cached page (a preempted request's own sliding-window checkpoint, say) stays cached. A reservation
+that ``LcmPagePool.cannot_fit`` proves impossible (more than the free and cached pages could give)
+is refused before anything is tried.
 """
 
 from __future__ import annotations
@@ -102,6 +104,14 @@ class JengaAllocator:
                 if b.ref_cnt == 0 and not b.is_null and (t, b.block_id) not in self.pinned:
                     self.pinned[(t, b.block_id)] = pool.from_cached(t, b.block_id)
         demand = {t: n for t, n in enumerate(new_pages) if n > 0}
+        if demand and pool.cannot_fit(demand):
+            # Sure to fail even after evicting every cached page: refuse without trying. On a tight
+            # budget about a third of the refusals end here, each of which would otherwise place
+            # hundreds of pages under the undo log and undo them (Gemma-3 no_full_isl, 18 %).
+            self.release_stale()
+            self.stats["refused"] += 1
+            self.stats["refused_at_once"] += 1
+            return False
         journal = None
         if demand and not pool.sure_fit(demand, request_id):
             journal, self.deferred = Journal(), []

@@ -112,6 +112,11 @@ def test_a_typo_is_one_error_and_writes_nothing(tmp_path, capsys):
     assert experiment.main([*base, "dataset.num_request=3"]) == 2     # a misspelled key: 4 cells, one line
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and err.count("[4 cell(s)") == 1 and "4 of 4 cells" in err
+    assert "did you mean 'dataset.num_requests'?" in err and "+dataset" not in err   # no advice to add it
+    assert len(err.strip().splitlines()) == 2, err                   # the headline and one reason line
+    assert experiment.main([*base, "+dataset.num_request=3"]) == 2    # added with +: still a typo
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "unknown key 'dataset.num_request'" in err
     assert experiment.main([*base, "dataset.num_requests=0"]) == 2
     assert "dataset.num_requests=0 is out of range" in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "runs").exists()

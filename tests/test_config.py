@@ -258,3 +258,26 @@ def test_every_study_cell_composes_as_one_hydra_compose():
                 seen.add(tuple(ov))
                 assert OmegaConf.to_yaml(_compose_cell(list(ov), CONF_DIR)) == _whole(list(ov)), (f.name, ov)
     assert len(seen) > 90
+
+
+@pytest.mark.parametrize("ov, message", [
+    (["dataset.num_requsts=4"], "unknown key 'dataset.num_requsts' (did you mean 'dataset.num_requests'?)"),
+    (["+dataset.num_requsts=4"], "unknown key 'dataset.num_requsts' (did you mean 'dataset.num_requests'?)"),
+    (["datset.num_requests=3"], "unknown key 'datset' (did you mean 'dataset'?)"),
+    (["model=jamba_1_5_mini", "+model.mamba.d_statee=3"], "unknown key 'model.mamba.d_statee' (did you mean"),
+    (["+num_requests=3"], "unknown key 'num_requests'"),
+    (["dataset.num_requests=nan"], "dataset.num_requests=nan is not a valid integer (got float)"),
+    (["engine.max_num_seqs=lots"], "engine.max_num_seqs=lots is not a valid integer (got str)"),
+])
+def test_a_misspelled_or_ill_typed_key_is_one_line_naming_it(ov, message):
+    """Hydra's own text is seven lines and advises ``+key=value``, which used to add the typo to a
+    structured node silently (the cell ran with the default): now one line, and ``+`` is refused too."""
+    with pytest.raises(ConfigError) as e:
+        compose_cell(ov)
+    assert message in str(e.value) and "\n" not in str(e.value) and "To append" not in str(e.value)
+
+
+def test_plus_still_adds_to_the_free_form_nodes():
+    """Negative control: ``model.extra`` and ``backend.options`` are dicts by design."""
+    cfg = compose_cell(["+model.extra.note=x", "+backend.options.waste_every=5"])
+    assert cfg.model.extra.note == "x" and cfg.backend.options.waste_every == 5

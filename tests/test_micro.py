@@ -60,7 +60,7 @@ def test_seeds_on_the_command_line_replace_every_parts_seeds():
     ("axes: [rate]", "axes: [rates]", "cell 'axes' must list some of the axes"),
     ("seeds: [0],", "seeds: [-1],", "cell 'frag_trace': every seed must be a whole number >= 0"),
     # Composes the study's cells up to the bad one (~6 s): slow.
-    pytest.param("dataset.output_len: 200", "dataset.output_lenn: 200", "Key 'output_lenn' not in 'DatasetConf'",
+    pytest.param("dataset.output_len: 200", "dataset.output_lenn: 200", "unknown key 'dataset.output_lenn' (did you mean 'dataset.output_len'?)",
                  marks=pytest.mark.slow),
 ])
 def test_a_bad_key_in_the_study_file_is_one_error_before_anything_runs(tmp_path, capsys, old, new, needle):

@@ -143,6 +143,24 @@ class LcmPagePool:
                 need += cdiv(n - have, self.ratio[t])
         return need <= avail
 
+    def cannot_fit(self, demand: dict[int, int]) -> bool:
+        """True when ``demand`` (pages per type) cannot fit even by evicting every cached page: an
+        upper bound on what any allocation order can take. Type t gets at most its free and cached
+        small pages plus ``ratio[t]`` per large page that is free or could be freed (a large page of
+        another type u comes free only when all its ``ratio[u]`` slots are free or cached); and all
+        types together at most the free and cached bytes. Lets a caller refuse at once instead of
+        trying (and undoing) an allocation that must fail."""
+        spare = [self.nfree_slots[u] + self.cached[u] for u in range(len(self.page_bytes))]
+        freeable = [s // r for s, r in zip(spare, self.ratio)]
+        free_large, total_free = len(self.free_large), sum(freeable)
+        need_bytes = 0
+        for t, n in demand.items():
+            if n > spare[t] + self.ratio[t] * (free_large + total_free - freeable[t]):
+                return True
+            need_bytes += n * self.page_bytes[t]
+        have_bytes = free_large * self.large_page_bytes + sum(s * p for s, p in zip(spare, self.page_bytes))
+        return need_bytes > have_bytes
+
     def reserve_large(self, lp: int) -> None:
         """Take free large page ``lp`` out of circulation for good (an engine that keeps a null
         block at small page 0 of every type -- vLLM does -- needs large page 0 to hold them)."""
