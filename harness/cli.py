@@ -27,6 +27,13 @@ class UsageError(ValueError):
     """A bad command line or study file: one message, exit status 2, nothing written."""
 
 
+def warn_deprecated_alias(module: str) -> None:
+    """One stderr line for ``python -m <module>``, a deprecated alias of ``python -m harness.study``
+    (``harness.experiment``, ``harness.sweeps``); the caller then runs the study driver as before."""
+    print(f"{module}: deprecated alias; use `python -m harness.study experiments/<name>.yaml` "
+          "(same arguments)", file=sys.stderr, flush=True)
+
+
 # -- arguments ---------------------------------------------------------------------------------------
 def _positive_int(text: str) -> int:
     try:

@@ -226,4 +226,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    cli.warn_deprecated_alias("python -m harness.experiment")
     raise SystemExit(main())

@@ -263,20 +263,45 @@ def run_seeds(seeds, num_ops: int = 60, system: str | None = None, mix: str | No
     return [f for s in seeds if (f := run_stream(s, num_ops, system, mix)) is not None]
 
 
+SEEDS_FORMS = "LO:HI with 0 <= LO < HI (half-open), or one seed >= 0"
+
+
 def _seed_range(text: str) -> range:
-    lo, _, hi = text.partition(":")
-    return range(int(lo), int(hi)) if hi else range(int(lo), int(lo) + 1)
+    """``--seeds``: ``LO:HI`` (half-open, 0 <= LO < HI) or one seed >= 0. Anything else (a word,
+    an empty range such as ``5:2`` that would run no stream and pass, a negative seed) is an
+    :class:`argparse.ArgumentTypeError`, so argparse prints one line naming ``--seeds`` and exits 2."""
+    lo, sep, hi = text.strip().partition(":")
+    if lo.startswith("-") and lo[1:].isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: seeds are >= 0; expected {SEEDS_FORMS}")
+    if not lo.isdigit() or (sep and not hi.isdigit()):   # isdigit: no sign, no blanks, no "_"
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed range: expected {SEEDS_FORMS}")
+    lo_i, hi_i = int(lo), (int(hi) if sep else int(lo) + 1)
+    if hi_i <= lo_i:
+        raise argparse.ArgumentTypeError(f"{text!r} is an empty range (no stream would run): expected {SEEDS_FORMS}")
+    return range(lo_i, hi_i)
+
+
+def _positive_int(text: str) -> int:
+    """An integer >= 1 (``--ops``); otherwise one argparse error line naming the flag."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer: expected an integer >= 1") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 1")
+    return n
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", default="0:2000", help="LO:HI (half-open) or one seed")
-    ap.add_argument("--ops", type=int, default=60, help="operations per stream")
+    ap = argparse.ArgumentParser(prog="python -m jenga.fuzz", description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=_seed_range, default="0:2000", metavar="LO:HI|SEED",
+                    help=f"{SEEDS_FORMS} (default 0:2000)")
+    ap.add_argument("--ops", type=_positive_int, default=60, help="operations per stream (>= 1)")
     ap.add_argument("--system", choices=jenga.SYSTEM_NAMES, help="only this system")
     ap.add_argument("--mix", choices=sorted(MIXES), help="only this layer mix")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every operation (one seed)")
     a = ap.parse_args(argv)
-    seeds = _seed_range(a.seeds)
+    seeds = a.seeds
     t0 = time.perf_counter()
     failures = []
     for s in seeds:

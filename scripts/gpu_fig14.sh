@@ -9,11 +9,13 @@
 #   make gpu-fig14                         # = bash scripts/gpu_fig14.sh (after make setup-vllm)
 #   GPU=h200 bash scripts/gpu_fig14.sh      # conf/gpu name of this GPU: h100 (default), h200, l4
 #   bash scripts/gpu_fig14.sh mode=smoke    # extra Hydra overrides go to every cell
-#   bash scripts/gpu_fig14.sh --dry-run     # write results/fig14_vllm/experiment.yaml and stop
+#   bash scripts/gpu_fig14.sh --dry-run     # write the experiment file to a temporary directory
+#                                           # (printed; nothing under the repo, git status clean) and stop
 #
-# Output: results/fig14_vllm/{experiment.yaml,summary*.csv,fig14_vllm*.png} and one record per
-# cell under results/runs/vllm/<gpu>/... (resolved KV cache groups, block sizes, num blocks, hybrid
-# manager in effect, vLLM version, GPU, per-step stats).
+# Output of a real run: results/fig14_vllm/{experiment.yaml,summary*.csv,fig14_vllm*.png} and one
+# record per cell under results/runs/vllm/<gpu>/... (resolved KV cache groups, block sizes, num
+# blocks, hybrid manager in effect, vLLM version, GPU, per-step stats). A dry run writes nothing
+# under the repository (no GPU, no plugin check, no vLLM needed: PY=.venv/bin/python works).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv-vllm/bin/python}

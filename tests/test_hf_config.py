@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +185,59 @@ def test_gpu_fig14_hands_llama4_to_vllm_where_8_gpus_are_visible():
     assert not any(s.startswith("llama4_scout") for s in skipped)
     exp, skipped = build("h100", 1)
     assert "llama4_scout: needs 8 GPUs (tensor parallel), 1 visible" in skipped
+
+
+def _fig14_stub(monkeypatch, tmp_path):
+    """harness.backends.vllm.fig14 with its output folder under tmp_path and a one-cell build (the
+    real build composes every model, ~1.5 s; test_gpu_fig14_dry_run_script runs it)."""
+    from harness.backends.vllm import fig14
+
+    out = tmp_path / "repo" / "results" / "fig14_vllm"
+    monkeypatch.setattr(fig14, "OUT", out)
+    monkeypatch.setattr(fig14, "build", lambda gpu, n: ({"name": "fig14_vllm", "gpu": gpu, "cells": [{"model": "m"}]},
+                                                        ["x: skipped"]))
+    return fig14, out
+
+
+def test_gpu_fig14_dry_run_writes_nothing_under_the_repo(monkeypatch, tmp_path, capsys):
+    """`bash scripts/gpu_fig14.sh --dry-run` used to leave results/fig14_vllm/experiment.yaml
+    (neither tracked nor ignored: a dirty `git status`); now the file goes to a temporary dir."""
+    fig14, out = _fig14_stub(monkeypatch, tmp_path)
+    monkeypatch.setattr("harness.study.driver.main", lambda argv: pytest.fail("a dry run ran the study"))
+    assert fig14.main(["--dry-run", "--num-gpus", "1"]) == 0
+    assert not out.exists() and not (tmp_path / "repo").exists()
+    written = capsys.readouterr().out.split("wrote ", 1)[1].split(":", 1)[0]
+    assert "fig14_vllm_dry_run_" in written and "model: m" in Path(written).read_text()
+
+
+def test_gpu_fig14_real_run_still_writes_results_fig14_vllm(monkeypatch, tmp_path):
+    """Negative control: without --dry-run the experiment file and the study go to results/fig14_vllm/."""
+    fig14, out = _fig14_stub(monkeypatch, tmp_path)
+    calls = []
+    monkeypatch.setattr("harness.study.driver.main", lambda argv: calls.append(argv) or 0)
+    assert fig14.main(["--num-gpus", "1", "mode=smoke"]) == 0
+    assert (out / "experiment.yaml").exists()
+    assert calls == [[str(out / "experiment.yaml"), "gpu=h100", "backend=vllm", "mode=smoke", "--jobs", "1",
+                      "--out", str(out)]]
+
+
+@pytest.mark.slow
+def test_gpu_fig14_dry_run_script_leaves_git_status_clean(tmp_path):
+    """The script itself, end to end (~2 s: every model's config is composed; no GPU or vLLM needed)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+
+    def untracked():
+        return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", "results"],
+                              cwd=root, capture_output=True, text=True, check=True).stdout
+
+    before = untracked()
+    env = {**os.environ, "PY": sys.executable, "PYTHONPATH": str(root), "TMPDIR": str(tmp_path)}
+    r = subprocess.run(["bash", "scripts/gpu_fig14.sh", "--dry-run"], cwd=root, env=env, capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert untracked() == before
+    assert list(tmp_path.glob("fig14_vllm_dry_run_*/experiment.yaml"))

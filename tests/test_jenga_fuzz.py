@@ -4,6 +4,8 @@ double frees checked to change nothing."""
 
 from __future__ import annotations
 
+import pytest
+
 import jenga
 from jenga.fuzz import MIXES, run_seeds, run_stream
 
@@ -39,3 +41,40 @@ def test_fuzz_reports_a_broken_allocator(monkeypatch):
 
     monkeypatch.setattr(PagedManager, "free", leaky_free)
     assert run_seeds(range(6), num_ops=30, system="jenga")
+
+
+@pytest.mark.parametrize("argv, flag, says", [
+    (["--seeds", "x"], "--seeds", "LO:HI with 0 <= LO < HI"),          # was a ValueError traceback, rc 1
+    (["--seeds", "5:2"], "--seeds", "empty range"),                    # was 0 streams and rc 0
+    (["--seeds", "3:3"], "--seeds", "empty range"),
+    (["--seeds", "-1"], "--seeds", "seeds are >= 0"),                  # was accepted
+    (["--seeds=-1:4"], "--seeds", "seeds are >= 0"),                 # ("--seeds -1:4": argparse takes -1:4 for a flag)
+    (["--seeds", "5:"], "--seeds", "one seed >= 0"),
+    (["--seeds", "1:2:3"], "--seeds", "LO:HI"),
+    (["--ops", "0"], "--ops", "integer >= 1"),
+    (["--ops", "-3"], "--ops", "integer >= 1"),
+    (["--ops", "x"], "--ops", "integer >= 1"),
+])
+def test_fuzz_cli_rejects_bad_numbers_before_running(argv, flag, says, capsys, monkeypatch):
+    """One argparse error line naming the flag, exit 2, and no stream run."""
+    from jenga import fuzz
+
+    monkeypatch.setattr(fuzz, "run_stream", lambda *a, **k: pytest.fail("a stream ran"))
+    with pytest.raises(SystemExit) as e:
+        fuzz.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert f"argument {flag}:" in last and says in last and "Traceback" not in err
+
+
+def test_fuzz_cli_accepts_the_documented_seed_forms(capsys, monkeypatch):
+    """Negative control for the test above: LO:HI and one seed still run exactly those streams."""
+    from jenga import fuzz
+
+    ran = []
+    monkeypatch.setattr(fuzz, "run_stream", lambda s, *a, **k: ran.append(s))
+    assert fuzz.main(["--seeds", "3:6", "--ops", "1"]) == 0
+    assert fuzz.main(["--seeds", "0"]) == 0
+    assert ran == [3, 4, 5, 0]
+    assert "fuzz: 1 streams x 60 ops, 0 failed" in capsys.readouterr().out

@@ -241,6 +241,29 @@ def test_driver_module_entry_point(module):
     assert out.returncode == 0 and "--launcher" in out.stdout
 
 
+@pytest.mark.parametrize("module", ["harness.experiment", "harness.sweeps", "harness.study"])
+def test_deprecated_module_aliases_say_so_then_run_the_study_driver(module, monkeypatch, capsys):
+    """`python -m harness.experiment` / `harness.sweeps`: one stderr line naming the replacement,
+    then the study driver with the same arguments; `harness.study` itself (the control) says nothing."""
+    import runpy
+    import warnings
+
+    calls = []
+    monkeypatch.setattr(driver, "main", lambda argv=None: calls.append(argv) or 0)
+    monkeypatch.setattr(sys, "argv", [module, "experiments/fig14.yaml", "mode=smoke"])
+    with warnings.catch_warnings():   # runpy: "found in sys.modules" when the module is already imported
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(SystemExit) as e:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    assert e.value.code == 0 and len(calls) == 1
+    err = capsys.readouterr().err
+    if module == "harness.study":
+        assert "deprecated" not in err
+    else:
+        want = f"python -m {module}: deprecated alias; use `python -m harness.study experiments/<name>.yaml`"
+        assert err.splitlines() == [f"{want} (same arguments)"]
+
+
 def test_experiment_driver_takes_seeds_from_the_command_line():
     from harness import experiment
 

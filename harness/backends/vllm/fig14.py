@@ -11,7 +11,8 @@ copies Mamba blocks over one flat id space), so Jamba runs ``hybrid_groups`` onl
 8 GPUs are visible. Cells vLLM cannot serve are listed with the reason (Llama-3.2-Vision: not
 served since vLLM 0.11; character.ai: cross-layer KV sharing; PyramidKV: token dropping). The
 generated experiment file and the summary go to ``results/fig14_vllm/`` (never over the
-simulator's reference outputs).
+simulator's reference outputs). ``--dry-run`` writes nothing under the repository: it puts the
+experiment file in a fresh temporary directory (printed) and stops, so ``git status`` stays clean.
 
     python -m harness.backends.vllm.fig14 [--gpu h100] [--num-gpus N] [--dry-run] [extra overrides ...]
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -85,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", default="h100", help="conf/gpu name of this machine's GPU (h100, h200, l4)")
     ap.add_argument("--num-gpus", type=int, default=None, help="GPUs to use (default: all visible)")
-    ap.add_argument("--dry-run", action="store_true", help="write the experiment file and stop")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="write the experiment file to a temporary directory (printed) and stop")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. mode=smoke")
     a = ap.parse_args(argv)
     n = visible_gpus() if a.num_gpus is None else a.num_gpus
@@ -94,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
               "use `make crosscheck` (vLLM's scheduler, backend=vllm_sched) or `make reproduce-fig14` (backend=sim).")
         return 2
     exp, skipped = build(a.gpu, max(n, 1) if a.dry_run and n == 0 else n)
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "experiment.yaml"
+    # A dry run leaves the repository as it was: results/fig14_vllm/ holds a real run's outputs only.
+    out = Path(tempfile.mkdtemp(prefix="fig14_vllm_dry_run_")) if a.dry_run else OUT
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "experiment.yaml"
     path.write_text(yaml.safe_dump(exp, sort_keys=False))
     print(f"wrote {path}: {len(exp['cells'])} cells")
     for s in skipped:
