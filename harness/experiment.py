@@ -138,11 +138,13 @@ def suffix(p: Plan, default_gpu: str) -> str:
     return "".join(f"_{x}" for x in parts)
 
 
-def format_table(summary: pd.DataFrame) -> str:
+def format_table(summary: pd.DataFrame, smoke: bool = False) -> str:
+    """The printed summary; a smoke run's carries none of the paper's columns (its tiny cells are
+    not comparable with the paper's bars, so nothing of the paper is printed beside them)."""
     cols = ["model", "tp", "system", "seeds", "failed", "throughput_req_s", "speedup", "speedup_ci_lo", "speedup_ci_hi",
             "paper_speedup", "waste_fraction", "prefix_hit_rate", "mean_decode_batch", "preemptions", "kv_capacity_gib",
             "status"]
-    df = summary[[c for c in cols if c in summary]].copy()
+    df = summary[[c for c in cols if c in summary and not (smoke and c.startswith("paper_"))]].copy()
     with pd.option_context("display.width", 220, "display.max_columns", 20, "display.max_rows", 200):
         return df.to_string(index=False, float_format=lambda v: f"{v:.3f}")
 
@@ -167,7 +169,7 @@ def report(p: Plan, records: list[dict[str, Any]], out_dir: Path, default_gpu: s
     out_dir.mkdir(parents=True, exist_ok=True)
     if not summary.empty:
         summary.to_csv(out_dir / f"summary{sfx}.csv", index=False)
-    print(format_table(summary) if not summary.empty else "(no cells)")
+    print(format_table(summary, smoke) if not summary.empty else "(no cells)")
     if not summary.empty and summary["speedup"].notna().any():
         m = analysis.means(summary)
         print(f"\nJenga speedup over {m['n_models']} models that ran ({p.gpu}, {p.backend}"

@@ -71,12 +71,19 @@ def _finite(v: object) -> bool:
         return False
 
 
-def save(fig: plt.Figure, path: str | Path) -> Path:
-    """PNG (for the README) and PDF (for a paper) side by side; the figure is closed."""
+# PDF metadata without the /CreationDate matplotlib stamps by default, so a figure redrawn from the
+# same numbers is the same bytes (a rerun leaves the committed PDF unchanged). Matplotlib's PNG
+# metadata is only the 'Software' key (its version), no timestamp, so PNGs keep the default.
+PDF_METADATA = {"CreationDate": None}
+
+
+def save(fig: plt.Figure, path: str | Path, dpi: float = 200, bbox_inches: str | None = "tight") -> Path:
+    """PNG (for the README) at ``path`` and PDF (for a paper) beside it, both byte-reproducible;
+    the figure is closed. Every figure the harness writes goes through here."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=200, bbox_inches="tight")
-    fig.savefig(path.with_suffix(".pdf"), bbox_inches="tight")
+    fig.savefig(path, dpi=dpi, bbox_inches=bbox_inches)
+    fig.savefig(path.with_suffix(".pdf"), bbox_inches=bbox_inches, metadata=PDF_METADATA)
     plt.close(fig)
     return path
 

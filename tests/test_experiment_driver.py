@@ -77,6 +77,7 @@ def test_smoke_end_to_end(tmp_path, fakes, capsys):
     assert "geometric mean" in text and "arithmetic mean" in text
     # Smoke cells are tiny: no comparison with the paper is printed (issue 12).
     assert "Paper's" not in text and "within ±10%" not in text and "not comparable" in text
+    assert "paper_speedup" not in text                # nor the paper's column in the table
     assert "WARNING: 1 cell(s) failed" in text
     s = pd.read_csv(out / "summary_smoke.csv")
     assert {"model", "gpu", "tp", "system", "backend", "throughput_req_s", "speedup", "speedup_ci_lo",
@@ -104,3 +105,31 @@ def test_real_fig13_smoke_end_to_end(tmp_path, capsys):
     assert (ok[ok.system == "vllm"].speedup == 1.0).all()
     assert "geometric mean" in text and (out / "fig13_smoke.png").exists()
     assert rc == 0
+
+
+@pytest.mark.parametrize("mode", ["smoke", "full"])
+def test_smoke_table_prints_no_paper_columns(tmp_path, monkeypatch, capsys, mode):
+    """Smoke says "no comparison printed or drawn": its table carries no paper_* column. The full
+    run is the negative control (the same summary prints the paper's bar)."""
+    from types import SimpleNamespace
+
+    summary = pd.DataFrame({"model": ["gemma2_27b"] * 2, "tp": [1, 1], "system": ["vllm", "jenga"],
+                            "baseline": ["vllm"] * 2, "seeds": [1, 1], "failed": [0, 0],
+                            "throughput_req_s": [1.0, 1.3], "speedup": [1.0, 1.3], "speedup_ci_lo": [1.0, 1.2],
+                            "speedup_ci_hi": [1.0, 1.4], "paper_speedup": [1.0, 1.26], "paper_verified": ["yes"] * 2,
+                            "status": ["ok"] * 2})
+    drawn = {}
+    monkeypatch.setattr(experiment.analysis, "summarize", lambda records, figure, baselines: summary.copy())
+    monkeypatch.setattr(experiment.plots, "speedup_bars", lambda s, path, title, show_paper, notes: drawn.update(
+        show_paper=show_paper))
+    p = SimpleNamespace(name="fig14", runs=[], mode=mode, gpu="h100", backend="sim", baselines={}, skipped=[])
+    experiment.report(p, [], tmp_path, "h100")
+    text = capsys.readouterr().out
+    table = text.split("\n\n")[0]
+    assert table.splitlines()[0].split()[:3] == ["model", "tp", "system"]
+    if mode == "smoke":
+        assert "paper" not in table and "1.260" not in table and "Paper's" not in text
+        assert drawn == {"show_paper": False}
+    else:
+        assert "paper_speedup" in table and "1.260" in table and "Paper's" in text
+        assert drawn == {"show_paper": True}

@@ -5,12 +5,15 @@ window and the request length on separate axes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import pytest
 
 from harness import plots
 
@@ -94,3 +97,74 @@ def test_window_sweep_figure_separates_window_and_length(tmp_path):
     plt.close(fig)
     path = window.plot(s, p, tmp_path)
     assert path.exists() and path.with_suffix(".pdf").exists()
+
+
+# -- every figure as PNG + PDF, byte-reproducible ----------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY_FIGURES = ("micro", "specdec", "vlm_embed", "mamba_prefix")
+
+
+def _tiny_figure():
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.bar(["a", "b"], [1.0, 1.3])
+    ax.set_title("simulated")
+    return fig
+
+
+def test_saving_the_same_figure_twice_gives_identical_bytes(tmp_path, monkeypatch):
+    """A rerun with identical numbers rewrites no file: no /CreationDate in the PDF, no timestamp
+    in the PNG. SOURCE_DATE_EPOCH stands in for the clock (matplotlib dates the PDF from it)."""
+    out = []
+    for k, epoch in enumerate(("1000000000", "1900000000")):
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
+        out.append(plots.save(_tiny_figure(), tmp_path / str(k) / "f.png"))
+    a, b = out
+    assert a.read_bytes() == b.read_bytes()
+    pdf = a.with_suffix(".pdf").read_bytes()
+    assert pdf == b.with_suffix(".pdf").read_bytes() and b"/CreationDate" not in pdf
+    assert b"tIME" not in a.read_bytes()                      # PNG: no modification-time chunk
+
+
+def test_study_report_figure_is_written_as_png_and_pdf(tmp_path):
+    """specdec, vlm_embed and mamba_prefix save through report.finish."""
+    from harness.studies import report as rp
+
+    fig = _tiny_figure()
+    path = rp.finish(fig, fig.axes[0], "t", tmp_path / "study.png")
+    assert path.stat().st_size > 0 and path.with_suffix(".pdf").stat().st_size > 0
+
+
+def test_figures_are_saved_only_through_plots_save():
+    """One save helper (PNG + PDF, no date): a study that calls savefig itself would write PNG only."""
+    calls = [f.relative_to(ROOT).as_posix() for f in (ROOT / "harness").rglob("*.py") if ".savefig(" in f.read_text()]
+    assert calls == ["harness/plots.py"]
+
+
+def test_every_committed_figure_has_its_pdf():
+    pngs = sorted((ROOT / "results").glob("*/*.png"))
+    assert {p.parent.name for p in pngs} >= set(STUDY_FIGURES)
+    assert [p.relative_to(ROOT).as_posix() for p in pngs if not p.with_suffix(".pdf").exists()] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", STUDY_FIGURES)
+def test_study_figure_redrawn_from_its_committed_summary(tmp_path, name):
+    """The figure redrawn from results/<name>/summary.csv (as notebooks/analysis.ipynb does) is the
+    committed PNG byte for byte, with its PDF beside it (~2-6 s each)."""
+    import importlib
+
+    import yaml
+
+    mod = importlib.import_module(f"harness.studies.{name}")
+    df = pd.read_csv(ROOT / "results" / name / "summary.csv")
+    path = tmp_path / f"{name}.png"
+    if name == "micro":
+        mod.plot(df, pd.read_csv(ROOT / "results" / name / "traces.csv"), path, "full")
+    elif name == "mamba_prefix":
+        note = yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text()).get("plot_note", "")
+        mod.plot(df, path, "full", note)
+    else:
+        mod.plot(df, path, "full")
+    assert path.read_bytes() == (ROOT / "results" / name / f"{name}.png").read_bytes()
+    assert path.with_suffix(".pdf").read_bytes() == (ROOT / "results" / name / f"{name}.pdf").read_bytes()

@@ -131,7 +131,7 @@ def test_report_writes_summary_means_traces_and_figure(tmp_path):
     mine = t[(t.part == "frag_trace") & (t.system == "jenga")]
     step = max(1, len(full) // micro.TRACE_POINTS)
     assert mine["waste_fraction"].tolist() == full["waste_fraction"].iloc[::step].tolist()
-    assert (out / "micro_smoke.png").stat().st_size > 0
+    assert (out / "micro_smoke.png").stat().st_size > 0 and (out / "micro_smoke.pdf").stat().st_size > 0
 
 
 def test_poisson_arrivals_seeded():

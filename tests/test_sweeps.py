@@ -96,6 +96,28 @@ def test_ablation_attribution_on_the_log_scale():
     assert a["request_aware_share"] == pytest.approx(math.log(2.0 / 1.6) / math.log(2.0))
 
 
+
+@pytest.mark.parametrize("mode", ["smoke", "full"])
+def test_ablation_smoke_table_prints_no_paper_column(tmp_path, monkeypatch, capsys, mode):
+    """Smoke cells are tiny, not comparable with the paper: the printed table has no paper_speedup
+    column. The full run is the negative control (the paper's bar printed beside ours)."""
+    from harness.sweeps.plan import SweepPlan
+
+    s = pd.DataFrame({"model": ["m"] * 2, "baseline": ["vllm"] * 2, "system": ["vllm", "jenga"],
+                      "throughput_req_s": [1.0, 1.3], "speedup": [1.0, 1.3], "speedup_ci_lo": [1.0, 1.2],
+                      "speedup_ci_hi": [1.0, 1.4], "waste_fraction": [0.2, 0.1], "preemptions": [0, 0],
+                      "seeds": [1, 1], "failed": [0, 0]})
+    monkeypatch.setattr(ablation.stats, "rows", lambda runs, records: s)
+    monkeypatch.setattr(ablation.stats, "add_speedup", lambda df, keys: df)
+    monkeypatch.setattr(ablation.stats, "aggregate", lambda df, by, metrics: df.copy())
+    monkeypatch.setattr(ablation, "_paper", lambda summary, gpu: pd.Series([1.0, 1.26], index=summary.index))
+    monkeypatch.setattr(ablation, "plot", lambda *a: tmp_path / "ablation.png")
+    ablation.report(SweepPlan("ablation", "ablation", mode, "h100", [], {"gpu": "h100"}), [], tmp_path)
+    table = capsys.readouterr().out.split("\n\n")[0]
+    assert table.splitlines()[0].split()[:2] == ["model", "system"]
+    assert ("paper_speedup" in table and "1.260" in table) == (mode == "full")
+    assert "paper" not in table or mode == "full"
+
 # -- analytic waste and the LCM table -----------------------------------------------------------
 def test_mix_analytic_waste_is_79_6_percent_at_43_text_6193_image():
     ov = ["model=llama3_2_11b_vision", "dataset=image_mix", "dataset.num_requests=3", "dataset.input_len_min=43",

@@ -9,7 +9,7 @@ Each cell is an ordinary cached sim cell; the study's ``variant`` axis picks the
 saves come from the sim's cost model, harness/backends/sim/variants.py). Per shared-prefix workload
 and variant: prefix hit rate (first-admission hit tokens / prompt tokens), throughput, TTFT,
 checkpoints admitted. Simulated (``jenga.baselines.marconi``). Writes
-``results/mamba_prefix/summary.csv``, ``summary_mean.csv`` and ``mamba_prefix.png``.
+``results/mamba_prefix/summary.csv``, ``summary_mean.csv`` and ``mamba_prefix.png`` + ``.pdf``.
 """
 
 from __future__ import annotations

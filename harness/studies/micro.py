@@ -19,7 +19,7 @@ and resumes it like any sweep; this module only turns the records into the repor
 
 Writes ``summary.csv`` (one row per cell and seed, with provenance), ``summary_mean.csv`` (seed
 means and 95 % CIs, :mod:`harness.sweeps.stats`), ``traces.csv`` (the two per-step traces of the
-first seed, decimated, read from each record's ``trace.csv``) and ``micro.png`` under
+first seed, decimated, read from each record's ``trace.csv``) and ``micro.png`` + ``micro.pdf`` under
 ``results/micro`` (smoke: ``results/smoke/micro``, ``_smoke`` suffix).
 """
 
@@ -34,6 +34,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from harness import plots
 from harness.plots import SYSTEM_COLORS, SYSTEM_LABELS, SYSTEM_ORDER
 from harness.sweeps import common, stats
 from harness.sweeps.plan import SweepPlan
@@ -134,8 +135,9 @@ def _line(ax, a: pd.DataFrame, col: str, scale: float = 1.0, **kw) -> None:
     ax.errorbar(a["x"], a[col] * scale, yerr=_yerr(a, col, scale), capsize=2, **kw)
 
 
-def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
-    """Six panels: the two traces (first seed) and the seed means (95 % CI whiskers) of the sweeps."""
+def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> Path:
+    """Six panels: the two traces (first seed) and the seed means (95 % CI whiskers) of the sweeps;
+    written as PNG at ``path`` and PDF beside it (:func:`harness.plots.save`)."""
     fig, ax = plt.subplots(2, 3, figsize=(16, 8.4))
     agg = means(df.assign(x=df["x"].fillna(-1.0)))
     for s in [x for x in SYSTEM_ORDER if x in set(df["system"])]:
@@ -182,12 +184,12 @@ def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> None:
                  f"ours (no published values for these panels); sweeps: mean of {n} seed(s), 95 % CI; traces: "
                  "first seed", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return plots.save(fig, path, dpi=120, bbox_inches=None)
 
 
 def report(p: SweepPlan, records: list[dict[str, Any]], out: Path) -> pd.DataFrame:
-    """summary.csv, summary_mean.csv (seed means, 95 % CIs), traces.csv and micro.png under ``out``."""
+    """summary.csv, summary_mean.csv (seed means, 95 % CIs), traces.csv, micro.png and micro.pdf
+    under ``out``."""
     df = rows(p, records)
     out.mkdir(parents=True, exist_ok=True)
     sfx = common.suffix(p)

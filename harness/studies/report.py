@@ -9,9 +9,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
 
+from harness import plots
 from harness.sweeps import common, stats
 from harness.sweeps.plan import SweepPlan
 
@@ -59,14 +59,13 @@ def yerr(agg: pd.DataFrame, metric: str, scale: float = 1.0):
 
 
 def finish(fig, legend_ax, title: str, path: Path, ncol: int = 3) -> Path:
-    """Shared legend under the panels, a suptitle (which says "simulated"), save as PNG, close."""
+    """Shared legend under the panels, a suptitle (which says "simulated"), save as PNG + PDF
+    (:func:`harness.plots.save`), close."""
     handles, labels = legend_ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=max(1, ncol), fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return plots.save(fig, path, dpi=130, bbox_inches=None)
 
 
 def sim_label(mode: str) -> str:

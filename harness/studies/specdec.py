@@ -7,7 +7,7 @@ draft, ``system`` = ``per_model_split`` (vLLM's per-model cache split), ``max_pa
 (harness/backends/sim/variants.py, harness/backends/sim/specdec.py). Per (target, draft) pair and
 system: request throughput, TTFT/TPOT, mean decode batch and the measured acceptance, all
 simulated. Writes ``results/specdec/summary.csv`` (per cell and seed), ``summary_mean.csv`` (seed
-means, 95 % CIs) and ``specdec.png`` (throughput normalised to the per-model split).
+means, 95 % CIs) and ``specdec.png`` + ``.pdf`` (throughput normalised to the per-model split).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ re-runs per chunk), ``keep`` (``system=keep_embeddings``: embeddings held in the
 request ends), ``jenga`` (freed as prefill consumes them). Per VLM and variant: throughput with all
 requests at once, and TTFT/TPOT/e2e at the model's request rate; encoder passes per image token.
 Simulated (harness/backends/sim/variants.py, harness/backends/sim/vision_cache.py). Writes
-``results/vlm_embed/summary.csv``, ``summary_mean.csv`` and ``vlm_embed.png``.
+``results/vlm_embed/summary.csv``, ``summary_mean.csv`` and ``vlm_embed.png`` + ``.pdf``.
 """
 
 from __future__ import annotations

@@ -122,7 +122,8 @@ def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
     summary["paper_speedup"] = _paper(summary, p.gpu).to_numpy() if p.mode != "smoke" else np.nan
     common.write_csv(summary, out, "summary", p)
     common.print_table(summary, ["model", "system", "throughput_req_s", "speedup", "speedup_ci_lo", "speedup_ci_hi",
-                                 "paper_speedup", "waste_fraction", "preemptions", "seeds", "failed"])
+                                 *(["paper_speedup"] if p.mode != "smoke" else []), "waste_fraction", "preemptions",
+                                 "seeds", "failed"])
     means = common.means_table(summary[summary["system"] != summary["baseline"]], ["system"])
     common.write_csv(means, out, "means", p)
     print("\nspeedup over the baseline, across models (geometric / arithmetic mean):")
