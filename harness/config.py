@@ -304,11 +304,12 @@ def compose_cell(overrides: list[str] | tuple[str, ...] = (), conf_dir: str | Pa
     # A study composes each cell twice in one process (checked whole before running, then run):
     # the second is a copy of the first (~2 ms instead of ~100 ms). Keyed by the config folder's
     # files and their modification times, so an edited config file is composed afresh.
-    key = (tuple(overrides), str(conf), _conf_stamp(conf))
+    stamp = _conf_stamp(conf)
+    key = (tuple(overrides), str(conf), stamp)
     hit = _COMPOSED.get(key)
     if hit is not None:
         return copy.deepcopy(hit)
-    cfg = _compose_cell(overrides, conf)
+    cfg = _compose_cell(overrides, conf, stamp)
     if len(_COMPOSED) >= 4096:
         _COMPOSED.clear()
     _COMPOSED[key] = copy.deepcopy(cfg)
@@ -322,7 +323,7 @@ def _conf_stamp(conf: Path) -> tuple:
     return tuple((str(p), p.stat().st_mtime_ns) for p in sorted(conf.rglob("*.yaml")))
 
 
-def _compose_cell(overrides: list[str], conf: Path) -> DictConfig:
+def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) -> DictConfig:
     """Hydra's composition in its own two steps: the defaults list (the group choices) is composed
     once per distinct choice and kept; the config overrides (``seed=1``, ``dataset.num_requests=4``)
     are then applied to a copy by Hydra's own override code, as ``compose`` applies them after the
@@ -344,7 +345,7 @@ def _compose_cell(overrides: list[str], conf: Path) -> DictConfig:
             cfg, choices = _hydra_compose(overrides, conf)
         else:
             groups, values = split
-            key = (tuple(groups), str(conf), _conf_stamp(conf))
+            key = (tuple(groups), str(conf), stamp if stamp is not None else _conf_stamp(conf))
             if key not in _DEFAULTS_COMPOSED:
                 if len(_DEFAULTS_COMPOSED) >= 1024:
                     _DEFAULTS_COMPOSED.clear()
