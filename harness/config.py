@@ -224,7 +224,7 @@ class EngineConf:
     # None: on for vllm_current / jenga_current, off for the engines the artifact ran (harness/backends/sim/engine.py).
     full_prompt_admission: bool | None = None
     # vLLM v0's --disable-async-output-proc. v0 also turns async output processing off by itself
-    # under enforce_eager (ModelConfig.verify_async_output_proc); harness/backends/sim/cost.py, OutputProc.
+    # under enforce_eager (ModelConfig.verify_async_output_proc); harness/backends/cost/model.py, OutputProc.
     disable_async_output_proc: bool = False
 
 

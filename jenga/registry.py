@@ -1,8 +1,8 @@
 """The one list of systems: name -> manager factory and the metadata every part reads, and
 ``make_manager`` (docs/CONTRACTS.md §1).
 
-``harness.config`` (valid ``system=`` values, the study variants' needs), ``harness.backends.sim.cost``
-(which systems ran on the artifact's uniform block manager), ``harness.backends.vllm_sched`` (hybrid
+``harness.config`` (valid ``system=`` values, the study variants' needs), ``harness.backends.cost.model``
+(which systems ran on the artifact's uniform block manager), ``harness.backends.vllm.sched`` (hybrid
 manager on/off, keyed by these names) and ``harness.backends.sim.variants`` (options from the cost
 model, keyed by these names) all derive their lists from :data:`REGISTRY`.
 """

@@ -1,6 +1,6 @@
 """Micro-benchmark of vLLM v0's per-step Python work that grows with what a step holds.
 
-The sim's v0 step-time overhead (``harness/backends/sim/cost.py``, ``V0_PYTHON``) charges CPU time per
+The sim's v0 step-time overhead (``harness/backends/cost/model.py``, ``V0_PYTHON``) charges CPU time per
 block-table entry and per prefill token. Those constants come from this script: it times, on the
 CPU it runs on, loops equivalent to the artifact forks' code (read in heheda12345/Jenga-SOSP25-AE,
 nothing copied; vLLM is not imported):

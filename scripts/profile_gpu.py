@@ -1,6 +1,6 @@
 """Measure one GPU's efficiency at the model zoo's shapes (torch only; vLLM is not needed).
 
-Writes ``harness/conf/gpu/profiles/<gpu>.yaml``, which ``harness.backends.sim.cost.gpu_efficiency`` loads
+Writes ``harness/conf/gpu/profiles/<gpu>.yaml``, which ``harness.backends.cost.model.gpu_efficiency`` loads
 instead of the datasheet ``mfu``/``mbu`` defaults of ``harness/conf/gpu/<gpu>.yaml``:
 
 - **GEMMs** of every zoo model's linear layers (QKV, O, gate-up, down; MoE experts at their own
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     result = profile(args.gpu, args.device, args.tiny, args.iters)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(f"# Measured by scripts/profile_gpu.py on {result['device']}; loaded by "
-                   "harness.backends.sim.cost.gpu_efficiency.\n" + yaml.safe_dump(result, sort_keys=False))
+                   "harness.backends.cost.model.gpu_efficiency.\n" + yaml.safe_dump(result, sort_keys=False))
     print(f"wrote {out}: mfu_bf16 {result['mfu_bf16']} mfu_fp8 {result.get('mfu_fp8')} mbu {result['mbu']} "
           f"copy {result['copy_bw_eff']} launch {result['kernel_launch_s'] * 1e6:.1f} us")
     return 0

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sim_fakes import tiny_engine, tiny_gpu, tiny_profile
 
-from harness.backends.sim import cost as costmod
-from harness.backends.sim.cost import CostModel, _span_sum, profile_tokens
+from harness.backends.cost import model as costmod
+from harness.backends.cost.model import CostModel, _span_sum, profile_tokens
 from jenga.spec import ChunkedLocalSpec, FullAttentionSpec, SlidingWindowSpec
 
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_fakes import make_requests, tiny_engine, tiny_gpu, tiny_profile
 
-from harness.backends.sim import cost as costmod
-from harness.backends.sim.cost import CostModel
+from harness.backends.cost import model as costmod
+from harness.backends.cost.model import CostModel
 from harness.backends.sim.engine import run_loop
 from harness.backends.sim.scheduler import Scheduler, SchedulerConfig
 from jenga import make_manager

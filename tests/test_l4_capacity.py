@@ -1,6 +1,6 @@
 """Every Fig. 13 / Fig. 14 cell starts and admits its whole workload, on both GPUs (issue 9 §2, §5).
 
-No simulation: vLLM's profiling pass (harness.backends.sim.cost) and the v0 admission probe
+No simulation: vLLM's profiling pass (harness.backends.cost.model) and the v0 admission probe
 (harness.backends.sim.startup.fit_report) on each cell's own requests. The only cells allowed not to fit
 are the bars the paper itself marks OOM (results/paper/fig14_sosp.csv, "OOM" in the source).
 """
@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness import analysis
-from harness.backends.sim.cost import CostModel
+from harness.backends.cost.model import CostModel
 from harness.backends.sim.startup import fit_report
 from harness.config import compose_cell
 from harness.experiment import plan

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from sim_fakes import tiny_engine, tiny_gpu, tiny_profile
 
-from harness.backends.sim.cost import CostModel, gpu_efficiency
+from harness.backends.cost.model import CostModel, gpu_efficiency
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "profile_gpu.py"
 

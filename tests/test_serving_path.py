@@ -1,4 +1,4 @@
-"""The API server's per-sequence output processing (harness/backends/sim/cost.py ``OutputProc``; issue 9 §0,
+"""The API server's per-sequence output processing (harness/backends/cost/model.py ``OutputProc``; issue 9 §0,
 docs/fidelity/serving_path.md): serial after the forward when v0's async output processing is off
 (enforce_eager, --disable-async-output-proc), overlapped otherwise, absent on v1."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_fakes import tiny_engine, tiny_gpu, tiny_profile
 
-from harness.backends.sim.cost import OUTPUT_PROC, CostModel, OutputProc
+from harness.backends.cost.model import OUTPUT_PROC, CostModel, OutputProc
 
 PER_SEQ = OUTPUT_PROC["v0"].per_seq_s
 

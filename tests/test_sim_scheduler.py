@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_fakes import FakePagedManager, make_requests, tiny_engine, tiny_gpu, tiny_profile
 
-from harness.backends.sim.cost import CostModel
+from harness.backends.cost.model import CostModel
 from harness.backends.sim.engine import scheduler_config, simulate
 from harness.backends.sim.scheduler import SchedulerConfig
 

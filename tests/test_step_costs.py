@@ -1,4 +1,4 @@
-"""Step costs by architecture and v0 input preparation (harness/backends/sim/cost.py): exact values for the
+"""Step costs by architecture and v0 input preparation (harness/backends/cost/model.py): exact values for the
 analytic cases (all-reduce, MoE expert expectation, Mamba kernel bytes, block-table entries) and
 monotonicity properties."""
 
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from sim_fakes import tiny_engine, tiny_gpu, tiny_profile
 
-from harness.backends.sim import cost as costmod
-from harness.backends.sim.cost import (
+from harness.backends.cost import model as costmod
+from harness.backends.cost.model import (
     CostModel,
     allreduce_time,
     block_manager_of,

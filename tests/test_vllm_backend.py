@@ -154,7 +154,7 @@ def test_missing_vllm_install_says_what_to_install():
 
 @pytest.mark.skipif(have_vllm(), reason="checks the message of an environment without vLLM")
 def test_vllm_sched_without_vllm_says_what_to_install():
-    from harness.backends import vllm_sched
+    from harness.backends.vllm import sched as vllm_sched
     cfg = compose_cell(["system=vllm", "backend=vllm_sched"])
     with pytest.raises(VllmUnavailable, match="make setup-vllm"):
         vllm_sched.run_cell(cfg, tiny_profile(), workload()[:1])

@@ -132,7 +132,7 @@ def _stress_workload(seed: int = 0) -> list[Request]:
 
 @pytest.mark.parametrize("kv_bytes,retention", [(1_300_000, "dense"), (2_600_000, "0")])
 def test_stress_tight_budgets_keep_jenga_invariants_every_step(kv_bytes, retention):
-    from harness.backends import vllm_sched
+    from harness.backends.vllm import sched as vllm_sched
     prof = tiny_profile(num_layers=5)  # 3 sliding + 2 full: ratios 2 and 3 per large page
     cell = _stress_cell("jenga", kv_bytes, "+backend.options.check_invariants=true",
                         f"+backend.options.prefix_cache_retention_interval={retention}")
@@ -152,7 +152,7 @@ def test_stress_tight_budgets_keep_jenga_invariants_every_step(kv_bytes, retenti
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("kv_bytes", [1_300_000, 1_700_000])
 def test_stress_random_workloads_keep_invariants(seed, kv_bytes):
-    from harness.backends import vllm_sched
+    from harness.backends.vllm import sched as vllm_sched
     cell = _stress_cell("jenga", kv_bytes, "+backend.options.check_invariants=true",
                         "+backend.options.prefix_cache_retention_interval=dense")
     r = vllm_sched.run_cell(cell, tiny_profile(num_layers=5), _stress_workload(seed))
@@ -163,7 +163,7 @@ def test_stress_random_workloads_keep_invariants(seed, kv_bytes):
 def test_watermark_refusals_after_a_reservation_return_the_pages():
     # vLLM checks its watermark after asking how many blocks a step needs: a reservation made for a
     # step vLLM then refuses must go back to the pool (release_stale) with the invariants intact.
-    from harness.backends import vllm_sched
+    from harness.backends.vllm import sched as vllm_sched
     cell = _stress_cell("jenga", 1_700_000, "+backend.options.check_invariants=true",
                         "+backend.options.scheduler.watermark=0.2",
                         "+backend.options.prefix_cache_retention_interval=dense")
@@ -176,7 +176,7 @@ def test_watermark_refusals_after_a_reservation_return_the_pages():
 def test_one_layer_type_runs_under_the_unitary_coordinator():
     import dataclasses
 
-    from harness.backends import vllm_sched
+    from harness.backends.vllm import sched as vllm_sched
     from jenga.spec import FullAttentionSpec
     full = dataclasses.replace(tiny_profile(), name="tiny_full", architecture="LlamaForCausalLM",
                                layer_kinds=("full",) * 4, specs=(FullAttentionSpec("full", 4, 256),))
@@ -187,7 +187,7 @@ def test_one_layer_type_runs_under_the_unitary_coordinator():
 
 
 def test_vllm_sched_jenga_is_the_plugin_and_says_so():
-    from harness.backends import vllm_sched
+    from harness.backends.vllm import sched as vllm_sched
     r = vllm_sched.run_cell(_stress_cell("jenga", 2_400_000), tiny_profile(), _stress_workload()[:4])
     assert r.meta["requested_system"] == "jenga" and r.meta["allocator"].startswith("jenga_lcm")
     assert not r.meta["hybrid_kv_cache_manager"]
@@ -199,7 +199,7 @@ def test_vllm_sched_jenga_current_is_the_plugin_like_jenga():
     """jenga_current (Jenga's LCM pool under vLLM 0.32's rules on backend=sim) is what the plugin is
     inside vLLM: on vllm_sched it runs the plugin, step for step as system=jenga. Negative control:
     vllm_current runs vLLM's hybrid manager (another allocator, another record)."""
-    from harness.backends import vllm_sched
+    from harness.backends.vllm import sched as vllm_sched
     # 1.3 MB is too tight for the hybrid manager's padded groups (vLLM refuses to start), not for the plugin
     runs = {s: vllm_sched.run_cell(_stress_cell(s, kv, "+backend.options.check_invariants=true"),
                                    tiny_profile(num_layers=5), _stress_workload())

@@ -35,7 +35,7 @@ def workload(n: int, prefix: int, suffix: int, out: int, gap: float = 0.0, seed:
 
 
 def run(system: str, reqs, *extra: str):
-    from harness.backends import vllm_sched
+    from harness.backends.vllm import sched as vllm_sched
     return vllm_sched.run_cell(cell(system, *extra), tiny_profile(), reqs)
 
 
@@ -118,7 +118,7 @@ def _tiny_mamba():
 
 
 def test_mamba_hybrid_runs_with_the_hybrid_manager_and_is_refused_without():
-    from harness.backends import vllm_sched
+    from harness.backends.vllm import sched as vllm_sched
     reqs = workload(8, 256, 256, 16)
     r = vllm_sched.run_cell(cell("hybrid_groups"), _tiny_mamba(), reqs)
     groups = r.meta["kv_cache"]["kv_cache_groups"]

@@ -19,7 +19,7 @@ def _sim() -> Callable:
 
 
 def _vllm_sched() -> Callable:
-    from harness.backends.vllm_sched import run_cell
+    from harness.backends.vllm.sched import run_cell
     return run_cell
 
 

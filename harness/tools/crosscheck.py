@@ -51,7 +51,7 @@ CELLS: dict[str, list[str]] = {
                               "engine.max_num_batched_tokens=2048", "engine.enable_prefix_caching=false"],
 }
 # (sim system, vllm_sched system, what vllm_sched runs for it): the simulator system that models
-# the allocator vLLM runs (harness/backends/vllm_sched.py SYSTEM_HYBRID / the plugin for "jenga").
+# the allocator vLLM runs (harness/backends/vllm/sched.py SYSTEM_HYBRID / the plugin for "jenga").
 ARMS = (("vllm", "vllm", "hybrid off"),
         ("vllm_current", "vllm_current", "hybrid on"),
         ("jenga_current", "jenga", "jenga plugin"))

@@ -1,6 +1,6 @@
 """Can a cell start, and can its pool hold every request? No simulation (issue 9 §2).
 
-vLLM's start-up decides two things before any request runs (see :mod:`harness.backends.sim.cost`): the KV
+vLLM's start-up decides two things before any request runs (see :mod:`harness.backends.cost.model`): the KV
 pool left after the profiling pass (``CostModel.kv_capacity_bytes``; none left is a start-up
 failure), and, once serving, whether each request can ever be admitted. The v0 forks admit a
 prefill only if its whole sequence fits above the 1 % watermark (``can_allocate`` ->
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.backends.settings import EngineSettings, GpuSettings
-from harness.backends.sim.cost import CostModel
+from harness.backends.cost.model import CostModel
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def fit_report(cfg, profile, requests) -> FitReport:
 
 
 def sched_budget(profile, engine) -> int:
-    from harness.backends.sim.cost import profile_tokens
+    from harness.backends.cost.model import profile_tokens
 
     engine = EngineSettings.of(engine)
     return profile_tokens(engine, engine.model_len(profile))

@@ -3,7 +3,7 @@
 The same loop vLLM's own CPU tests use: ``schedule()`` → a fake ``ModelRunnerOutput`` (one token
 per request whose prefill completes this step) → ``update_from_output()``. vLLM decides admission,
 chunking, preemption, prefix hits, eviction and block placement (hybrid KV cache manager on or
-off); only time is ours: each step lasts :class:`harness.backends.sim.cost.CostModel`'s ``step_time``, so
+off); only time is ours: each step lasts :class:`harness.backends.cost.model.CostModel`'s ``step_time``, so
 throughput is simulated exactly as ``backend=sim``'s and the two differ only by scheduler and
 allocator. ``prefix_cache_retention_interval`` is pinned per cell (``backend.options``; default 0,
 what ``vllm serve`` uses) because it changes sliding-window hit rates a lot.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends.settings import EngineSettings, GpuSettings
-from harness.backends.sim.cost import CostModel, profile_tokens
+from harness.backends.cost.model import CostModel, profile_tokens
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.workloads.request import Request
@@ -36,10 +36,10 @@ from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 
 # system (a jenga registry name) -> hybrid KV cache manager on?
 SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True, "jenga_current": True}
-check_system_names(SYSTEM_HYBRID, "harness.backends.vllm_sched.SYSTEM_HYBRID")
+check_system_names(SYSTEM_HYBRID, "harness.backends.vllm.sched.SYSTEM_HYBRID")
 # systems whose allocator is the jenga_vllm plugin here (backend=vllm_sched and backend=vllm)
 PLUGIN_SYSTEMS = frozenset({"jenga", "jenga_current"})
-check_system_names(PLUGIN_SYSTEMS, "harness.backends.vllm_sched.PLUGIN_SYSTEMS")
+check_system_names(PLUGIN_SYSTEMS, "harness.backends.vllm.sched.PLUGIN_SYSTEMS")
 BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler", "check_invariants"}
 JENGA_ALLOCATOR = "jenga_lcm (jenga_vllm plugin: jenga/ LCM pool under vLLM's per-type managers)"
 
@@ -330,5 +330,5 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
                           "scheduler_reserve_full_isl": getattr(vc.scheduler_config, "scheduler_reserve_full_isl", None),
                           **knobs.scheduler_extra},
             "layer_types": [s.name for s in cap_specs], "driver_wall_s": driver_wall,
-            "step_time_model": "harness.backends.sim.cost.CostModel"}
+            "step_time_model": "harness.backends.cost.model.CostModel"}
     return RunResult(metrics=metrics, trace=trace, meta=meta)
