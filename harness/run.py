@@ -148,8 +148,6 @@ def app(cfg: DictConfig) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness.run [overrides] [-m] [--cfg job] [--help]``; returns the exit status."""
-    from hydra.core.global_hydra import GlobalHydra
-
     from harness import config
 
     saved = sys.argv
@@ -157,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = [sys.argv[0] if sys.argv else "harness.run", *argv]
     # compose_cell (the drivers' path) may have initialised Hydra in this process; the app
     # initialises its own, and compose_cell re-initialises after it.
-    GlobalHydra.instance().clear()
-    config._INITIALIZED_DIR = None
+    config.release_hydra()
     try:
         app()
     except SystemExit as exc:

@@ -1,4 +1,4 @@
-"""Image/text-mix sweep report (issue 6 item 2): uniform-paging waste, analytic and simulated, and
+"""Image/text-mix sweep report: uniform-paging waste, analytic and simulated, and
 Jenga's speedup against the image share ``I / (T + I)`` of Llama-3.2-11B-Vision requests.
 
 The analytic waste of a cell is computed over its actual requests (seed 0's workload):
@@ -15,8 +15,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.sweeps import common, stats
-from harness.sweeps.plan import SweepPlan
+from harness.study import report as rp
+from harness.study import stats
+from harness.study.plan import Plan
 
 METRICS = ["throughput_req_s", "speedup", "waste_fraction", "waste_unneeded", "waste_fragmentation",
            "mean_decode_batch", "preemptions", "kv_capacity_bytes"]
@@ -53,7 +54,7 @@ def analytic_curve(model_overrides: list[str], text: int, images: np.ndarray) ->
     return np.array([analytic_waste(prof, text, int(i)).waste_fraction for i in images])
 
 
-def summarize(p: SweepPlan, records: list[dict]) -> pd.DataFrame:
+def summarize(p: Plan, records: list[dict]) -> pd.DataFrame:
     df = stats.add_speedup(stats.rows(p.runs, records), ["model", "image", "text"])
     out = stats.aggregate(df, ["model", "image", "text", "system", "baseline"], METRICS)
     img, txt = out["image"].astype(float), out["text"].astype(float)
@@ -73,7 +74,7 @@ def _paper_speedup(gpu: str) -> float | None:
     return float(t.loc["jenga", "paper_speedup"]) if "jenga" in t.index else None
 
 
-def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
+def plot(summary: pd.DataFrame, p: Plan, out: Path) -> Path:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 6.0))
     model_ov = [o for o in p.runs[0].overrides if o.startswith("model=")]
     images = np.arange(0, 6405, 64)
@@ -124,21 +125,21 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
     fig.suptitle(f"Image/text-mix sweep, Llama-3.2-11B-Vision on {p.gpu.upper()} (simulated): "
                  "image tokens 0-6404, text tokens " + ", ".join(map(str, grid_texts)) + " (+ MMMU-pro, chat mix)",
                  fontsize=9)
-    common.footer(fig, p)
+    rp.footer(fig, p)
     fig.tight_layout(rect=(0, 0.03, 1, 0.95))
-    return common.save(fig, out, p)
+    return rp.save(fig, out, p)
 
 
-def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
+def report(p: Plan, records: list[dict], out: Path) -> pd.DataFrame:
     summary = summarize(p, records)
-    common.write_csv(summary, out, "summary", p)
+    rp.write_csv(summary, out, "summary", p)
     j = summary[summary["system"] == "jenga"].sort_values("image_share")
-    common.print_table(j, ["model", "image", "text", "image_share", "analytic_waste_vllm", "waste_fraction",
+    rp.print_table(j, ["model", "image", "text", "image_share", "analytic_waste_vllm", "waste_fraction",
                            "speedup", "speedup_ci_lo", "speedup_ci_hi", "seeds", "failed"])
     v = summary[summary["system"] == "vllm"].set_index(["model", "image", "text"])["waste_fraction"]
     print("\nsimulated vLLM waste per point:", ", ".join(f"{k[1]}/{k[2]}: {100 * x:.1f}%" for k, x in v.items()))
-    m = common.means_table(summary, ["system"])
-    common.write_csv(m, out, "means", p)
+    m = rp.means_table(summary, ["system"])
+    rp.write_csv(m, out, "means", p)
     for r in m.itertuples():
         print(f"Jenga speedup over the mix grid: geometric mean {r.geo_mean:.3f}, arithmetic mean {r.arith_mean:.3f} "
               f"({r.n} points)")

@@ -1,4 +1,5 @@
-"""Fig. 14's cells on a real GPU with the real vLLM engine (``make gpu-fig14``, scripts/gpu_fig14.sh).
+"""The Fig. 14 launcher for a real GPU (``make gpu-fig14``, scripts/gpu_fig14.sh): it writes a figure-kind
+study file of Fig. 14's cells for the real vLLM engine and runs it through the study pipeline.
 
 Takes ``experiments/fig14.yaml`` (the artifact's settings per model), keeps the cells vLLM can
 serve from a written ``config.json`` with dummy weights and that fit the visible GPUs, and runs
@@ -14,7 +15,7 @@ generated experiment file and the summary go to ``results/fig14_vllm/`` (never o
 simulator's reference outputs). ``--dry-run`` writes nothing under the repository: it puts the
 experiment file in a fresh temporary directory (printed) and stops, so ``git status`` stays clean.
 
-    python -m harness.backends.vllm.fig14 [--gpu h100] [--num-gpus N] [--dry-run] [extra overrides ...]
+    python -m harness.study.gpu_fig14 [--gpu h100] [--num-gpus N] [--dry-run] [extra overrides ...]
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped {s}")
     if a.dry_run:
         return 0
-    from harness.study.driver import main as study_main
+    from harness.study.cli import main as study_main
     return study_main([str(path), f"gpu={a.gpu}", "backend=vllm", *a.overrides, "--jobs", "1",
                             "--out", str(OUT)])
 
