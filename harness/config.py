@@ -265,9 +265,9 @@ def options(group: str, conf_dir: Path | None = None) -> list[str]:
     return sorted(p.stem for p in ((conf_dir or CONF_DIR) / group).glob("*.yaml"))
 
 
-def _check_values(cfg: DictConfig, choices: dict[str, str]) -> None:
+def _check_values(cfg: DictConfig, choices: dict[str, str], conf: Path | None = None) -> None:
     """Enumerated values that a dataclass cannot express as types."""
-    checks = [("system", "name", registry.all_system_names()), ("backend", "name", tuple(options("backend"))),
+    checks = [("system", "name", registry.all_system_names()), ("backend", "name", tuple(options("backend", conf))),
               ("dataset", "source", SOURCES),
               ("engine", "engine_version", ENGINE_VERSIONS)]
     for group, key, allowed in checks:
@@ -455,7 +455,7 @@ def check_cell(cfg: DictConfig, choices: dict[str, str] | None = None, conf_dir:
     choices = choices or {}
     _unknown_keys(cfg)
     _missing(cfg, choices)
-    _check_values(cfg, choices)
+    _check_values(cfg, choices, Path(conf_dir) if conf_dir else None)
     validate(cfg)
     _check_variants(cfg, Path(conf_dir) if conf_dir else CONF_DIR)
 

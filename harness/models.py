@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.config import compose_cell
 from harness.profile import ModelProfile, VisionInfo
 from jenga.spec import (
     ChunkedLocalSpec,
@@ -276,6 +277,12 @@ def load_profile(model_cfg: Any) -> ModelProfile:
         total_params=int(total), active_params=int(active), layer_kinds=tuple(kinds), specs=tuple(specs),
         vision=vision, num_experts=moe.get("num_experts", 0), experts_per_token=moe.get("experts_per_token", 0),
         extra=extra)
+
+
+def zoo_profile(name: str) -> ModelProfile:
+    """The profile of zoo model ``name`` (``harness/conf/model/<name>.yaml``, composed with the
+    cell schema's defaults as any cell's ``model`` group)."""
+    return load_profile(compose_cell([f"model={name}"]).model)
 
 
 def linear_flops_per_token(profile: ModelProfile) -> float:

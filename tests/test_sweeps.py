@@ -4,6 +4,7 @@ Hydra launchers (slurm config composes, joblib runs cells)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -16,10 +17,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from harness.study import cli
+from harness.study import cli, stats
 from harness.study import run as study_run
-from harness.study import stats
-from harness.study.kinds import ablation, lcm, mix
+from harness.study.kinds import ablation, lcm
 from harness.study.plan import Plan, load_study, plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,10 +124,21 @@ def test_mix_analytic_waste_is_79_6_percent_at_43_text_6193_image():
     # mllama: 32 self-attention layers (131072 B/token together), 8 cross-attention layers (32768).
     uniform = (43 + 6193) * (131072 + 32768)
     ideal = 43 * 131072 + 6193 * 32768
-    assert mix.workload_waste(ov) == pytest.approx((uniform - ideal) / uniform, abs=1e-12)
-    assert round(100 * mix.workload_waste(ov), 1) == 79.6
+    assert _workload_waste(ov) == pytest.approx((uniform - ideal) / uniform, abs=1e-12)
+    assert round(100 * _workload_waste(ov), 1) == 79.6
     # No images: uniform paging still charges the 8 cross-attention layers for text, 8/40 wasted.
-    assert mix.workload_waste([*ov[:-1], "dataset.image_tokens=0"]) == pytest.approx(0.2)
+    assert _workload_waste([*ov[:-1], "dataset.image_tokens=0"]) == pytest.approx(0.2)
+
+
+def _workload_waste(overrides: list[str]) -> float:
+    """What harness.run records as workload.analytic_waste_uniform for a cell (mix reads it)."""
+    from harness.config import compose_cell
+    from harness.models import load_profile
+    from harness.run import workload_stats
+    from harness.workloads import build_workload
+
+    cfg = compose_cell(overrides)
+    return workload_stats(load_profile(cfg.model), build_workload(cfg))["analytic_waste_uniform"]
 
 
 def test_image_mix_workload_probability_and_errors():
@@ -144,7 +155,9 @@ def test_image_mix_workload_probability_and_errors():
 
 
 def test_lcm_zoo_table_ratios():
-    t = lcm.zoo_table(16, ["llama3_2_11b_vision", "jamba_1_5_mini"]).set_index(["model", "type"])
+    from harness.tools.pages import zoo_frame
+
+    t = zoo_frame(16, ["llama3_2_11b_vision", "jamba_1_5_mini"]).set_index(["model", "type"])
     assert t.loc[("llama3_2_11b_vision", "cross"), "ratio"] == 4
     assert t.loc[("llama3_2_11b_vision", "full"), "ratio"] == 1
     assert t.loc[("jamba_1_5_mini", "full"), "model_max_ratio"] == 133
@@ -253,6 +266,41 @@ def test_hydra_joblib_launcher_runs_cells(tmp_path):
     assert [(r["status"], r.get("reused"), r["seed"]) for r in recs] == [("ok", True, 0), ("ok", True, 1)]
     missing = study_run.collect([r.overrides for r in plan(f, [*cli, "seeds=7"]).runs])
     assert missing[0]["status"] == "failed" and "no launcher job finished this cell" in missing[0]["error"]
+
+
+# Record fields a launcher may legitimately change: when and how long, and where the files are.
+VOLATILE = {"wall_s", "provenance", "reused", "trace_file", "meta"}
+
+
+@pytest.mark.slow
+def test_submitit_local_launcher_runs_a_smoke_study_like_inline(tmp_path):
+    """The Slurm path runs, not only composes: the same smoke study through submitit's local
+    executor (hydra/launcher=submitit_local: submitit pickles each job and runs it in its own
+    process, as on a Slurm node) gives the inline run's records, metric for metric."""
+    f = tmp_path / "tiny.yaml"
+    f.write_text("name: tiny\nkind: lcm\nsystems: [jenga, jenga_no_request_aware]\nbaseline: jenga\n"
+                 "seeds: [0]\nzoo: [llama3_1_8b]\naxes: {rate: {key: engine.request_rate, values: [.inf]}}\n"
+                 "cells: [{model: gemma3_12b, dataset: mmlu_pro, dataset.num_requests: 4}]\n")
+    outs = {}
+    for launcher in ("inline", "submitit_local"):
+        runs = tmp_path / launcher
+        rc = cli.main([str(f), "mode=smoke", f"out_dir={runs}", "--out", str(tmp_path / f"out_{launcher}"),
+                       "--launcher", launcher, "--jobs", "1", "--no-progress",
+                       "--hydra", f"hydra.sweep.dir={tmp_path / 'hydra'}"] if launcher != "inline" else
+                      [str(f), "mode=smoke", f"out_dir={runs}", "--out", str(tmp_path / f"out_{launcher}"),
+                       "--jobs", "1", "--no-progress"])
+        assert rc == 0, launcher
+        outs[launcher] = {(r["system"], r["seed"]): r for r in
+                          (json.loads(p.read_text()) for p in runs.rglob("record.json"))}
+    assert len(outs["inline"]) == 2 and outs["inline"].keys() == outs["submitit_local"].keys()
+    assert list((tmp_path / "hydra").rglob("*submitit*")) or list((tmp_path / "hydra").rglob("*.pkl"))
+    def same(rec: dict) -> dict:   # the run folder is the one override that differs by design
+        return {**{k: v for k, v in rec.items() if k not in VOLATILE},
+                "overrides": [o for o in rec["overrides"] if not o.startswith("out_dir=")]}
+
+    for key, rec in outs["inline"].items():
+        assert same(rec) == same(outs["submitit_local"][key]), key
+    assert outs["inline"][("jenga", 0)]["throughput_req_s"] > 0
 
 
 def test_study_module_entry_point():

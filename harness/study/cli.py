@@ -39,7 +39,6 @@ from harness.study.kinds import DEFAULT_KIND, KINDS
 from harness.study.run import LAUNCHERS
 
 
-
 class UsageError(ValueError):
     """A bad command line or study file: one message, exit status 2, nothing written."""
 
@@ -66,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dry-run", action="store_true", help="list the cells (and which are cached) and run nothing")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--launcher", choices=LAUNCHERS, default="inline",
-                    help="inline: joblib pool here (default); joblib: Hydra's joblib launcher; slurm: submitit")
+                    help="inline: joblib pool here (default); joblib: Hydra's joblib launcher; slurm: submitit on "
+                    "Slurm; submitit_local: the same submitit code path, jobs as local processes")
     ap.add_argument("--hydra", default="", help="extra Hydra overrides for the launcher, space-separated "
                     "(e.g. 'hydra.launcher.partition=cpu hydra.launcher.timeout_min=20')")
     return ap

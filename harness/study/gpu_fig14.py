@@ -27,7 +27,11 @@ from pathlib import Path
 
 import yaml
 
+from harness.backends.vllm.hf_config import HFConfigError, hf_config_dict
+from harness.config import compose_cell
+from harness.models import load_profile
 from harness.records import REPO_ROOT
+from harness.study import cli
 
 OUT = REPO_ROOT / "results" / "fig14_vllm"
 
@@ -42,9 +46,6 @@ def visible_gpus() -> int:
 
 def servable(model: str) -> str | None:
     """None if vLLM can serve ``model`` from a written config.json, else the reason."""
-    from harness.backends.vllm.hf_config import HFConfigError, hf_config_dict
-    from harness.config import compose_cell
-    from harness.models import load_profile
     try:
         hf_config_dict(load_profile(compose_cell([f"model={model}"]).model))
     except HFConfigError as e:
@@ -108,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped {s}")
     if a.dry_run:
         return 0
-    from harness.study.cli import main as study_main
-    return study_main([str(path), f"gpu={a.gpu}", "backend=vllm", *a.overrides, "--jobs", "1",
+    return cli.main([str(path), f"gpu={a.gpu}", "backend=vllm", *a.overrides, "--jobs", "1",
                             "--out", str(OUT)])
 
 

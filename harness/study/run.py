@@ -22,10 +22,11 @@ from tqdm import tqdm
 from harness.config import compose_cell
 from harness.records import REPO_ROOT, finished_record, read_record
 from harness.run import cell_dir, run_overrides
+from harness.study.inputs import inputs_for
 from harness.study.kinds import KINDS
 from harness.study.plan import Plan
 
-LAUNCHERS = ("inline", "joblib", "slurm")
+LAUNCHERS = ("inline", "joblib", "slurm", "submitit_local")
 # Outputs of smoke runs go here (git-ignored), never beside the committed references.
 SMOKE_ROOT = REPO_ROOT / "results" / "smoke"
 
@@ -166,7 +167,7 @@ def run_study(args, p: Plan) -> int:
         if n > 1:
             print(f"{n} cells failed with: {err}", file=sys.stderr)
     out = Path(args.out) if args.out else default_out(p.name, p.mode)
-    summary = kind.load().report(p, records, out)
+    summary = kind.load().report(p, records, out, **inputs_for(kind.inputs, p))
     ok = [r for r in records if r.get("status") == "ok"]
     # Run in this study = not reused and written after it started (a launcher's cells come back as reused records).
     fresh = [r for r in ok if not r.get("reused") or (r.get("provenance") or {}).get("time", "") >= started]

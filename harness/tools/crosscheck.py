@@ -26,7 +26,9 @@ import argparse
 import csv
 from pathlib import Path
 
+from harness.config import compose_cell
 from harness.records import REPO_ROOT
+from harness.run import run_cell
 
 # All cells use the V1 engine settings: vllm_sched runs vLLM's V1 scheduler, so the sim's v1
 # policy (mixed prefill/decode batches, chunked prefill) is the comparable one.
@@ -73,8 +75,6 @@ def rel_diff(a: float | None, b: float | None) -> float | None:
 
 def run_cell_pair(name: str, sim_system: str, sched_system: str, variant: str, out_dir: Path,
                   force: bool) -> tuple[dict, dict]:
-    from harness.config import compose_cell
-    from harness.run import run_cell
     base = [*CELLS[name], f"out_dir={out_dir}", f"force={str(force).lower()}", *VARIANTS[variant]]
     sim = run_cell(compose_cell([*base, f"system={sim_system}", "backend=sim"]))
     sched = run_cell(compose_cell([*base, f"system={sched_system}", "backend=vllm_sched",

@@ -15,6 +15,8 @@ import math
 import sys
 from dataclasses import dataclass
 
+import pandas as pd
+
 from harness.config import ConfigError, compose_cell, options
 from harness.models import load_profile
 from harness.profile import ModelProfile
@@ -146,6 +148,24 @@ def _args(argv: list[str]) -> dict[str, str]:
             raise ConfigError(f"unknown argument {k!r}; allowed: ['model', 'tokens_per_page']")
         out[k] = v
     return out
+
+
+def zoo_frame(tokens_per_page: int = 16, models: list[str] | None = None) -> pd.DataFrame:
+    """One row per (model, layer type) of every model config in ``harness/conf/model`` (or of
+    ``models``)."""
+    rows = []
+    for name in models or options("model"):
+        prof = load_profile(compose_cell([f"model={name}"]).model)
+        g = geometry(prof, tokens_per_page)
+        split = split_mamba_ratio(prof, tokens_per_page)
+        for r in g.rows:
+            rows.append({"model": name, "type": r.name, "kind": r.kind, "layers": r.layers,
+                         "compute_layers": r.compute_layers, "bytes_per_token": r.bytes_per_token,
+                         "small_page_bytes": r.small_page_bytes, "large_page_bytes": g.large_page_bytes,
+                         "ratio": r.ratio, "model_max_ratio": g.max_ratio, "max_page_tokens": r.max_page_tokens,
+                         "artifact_layout_ratio": split[0] if split else None,
+                         "tokens_per_page": tokens_per_page})
+    return pd.DataFrame(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

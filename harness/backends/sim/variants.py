@@ -28,10 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.backends.cost.model import CostModel
 from harness.backends.settings import EngineSettings
 from harness.backends.sim import specdec, vision_cache
-from harness.backends.cost.model import CostModel
 from harness.backends.sim.scheduler import Scheduler
+from harness.models import zoo_profile
 from harness.profile import ModelProfile
 from jenga.baselines.marconi import prefix_flops
 from jenga.registry import check_system_names
@@ -71,12 +72,8 @@ class Variant:
 
 
 def draft_profile(name: str) -> ModelProfile:
-    """The draft model's profile from its ``harness/conf/model/<name>.yaml`` (composed like any
-    cell's model group)."""
-    from harness.config import compose_cell
-    from harness.models import load_profile
-
-    return load_profile(compose_cell([f"model={name}"]).model)
+    """The draft model's profile from its ``harness/conf/model/<name>.yaml``."""
+    return zoo_profile(name)
 
 
 def build(cfg, profile: ModelProfile, engine: EngineSettings, gpu, system: str, block_manager: str) -> Variant:

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness.analysis import paper_model, paper_table
 from harness.plots import SYSTEM_COLORS, SYSTEM_LABELS, paper_name
 from harness.study import report as rp
 from harness.study import stats
@@ -28,8 +29,6 @@ METRICS = ["throughput_req_s", "speedup", "waste_fraction", "waste_unneeded", "w
 
 
 def _paper(summary: pd.DataFrame, gpu: str) -> pd.Series:
-    from harness.analysis import paper_model, paper_table
-
     t = paper_table("fig14", gpu)
     if t.empty:
         return pd.Series([np.nan] * len(summary), index=summary.index)

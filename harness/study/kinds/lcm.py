@@ -1,6 +1,6 @@
 """LCM blow-up table and churn report.
 
-The table covers every model config of the zoo (``harness.tools.pages.geometry``): per layer type its
+The table covers every model config of the zoo (``harness.tools.pages.zoo_frame``): per layer type its
 small page, the model's LCM large page and the type's large/small ratio — the number of small
 pages a request of that type may strand in one large page. The churn part summarises, per model,
 request rate and system, the time-averaged large-page occupancy and the share of allocations that
@@ -22,28 +22,6 @@ from harness.study.plan import Plan
 
 ALLOC_PATHS = ("request_hit", "new_large", "evict_large", "steal", "any_free_small", "evict_small")
 FALLBACK = ("steal", "any_free_small", "evict_small")
-
-
-def zoo_table(tokens_per_page: int = 16, models: list[str] | None = None) -> pd.DataFrame:
-    """One row per (model, layer type) of every model config in ``harness/conf/model`` (or of
-    ``models``)."""
-    from harness.config import compose_cell, options
-    from harness.models import load_profile
-    from harness.tools.pages import geometry, split_mamba_ratio
-
-    rows = []
-    for name in models or options("model"):
-        prof = load_profile(compose_cell([f"model={name}"]).model)
-        g = geometry(prof, tokens_per_page)
-        split = split_mamba_ratio(prof, tokens_per_page)
-        for r in g.rows:
-            rows.append({"model": name, "type": r.name, "kind": r.kind, "layers": r.layers,
-                         "compute_layers": r.compute_layers, "bytes_per_token": r.bytes_per_token,
-                         "small_page_bytes": r.small_page_bytes, "large_page_bytes": g.large_page_bytes,
-                         "ratio": r.ratio, "model_max_ratio": g.max_ratio, "max_page_tokens": r.max_page_tokens,
-                         "artifact_layout_ratio": split[0] if split else None,
-                         "tokens_per_page": tokens_per_page})
-    return pd.DataFrame(rows)
 
 
 def churn_rows(p: Plan, records: list[dict]) -> pd.DataFrame:
@@ -98,8 +76,10 @@ def plot(table: pd.DataFrame, summary: pd.DataFrame, p: Plan, out: Path) -> Path
     return rp.save(fig, out, p)
 
 
-def report(p: Plan, records: list[dict], out: Path) -> pd.DataFrame:
-    table = zoo_table(int(p.study.get("tokens_per_page", 16)), p.study.get("zoo"))
+def report(p: Plan, records: list[dict], out: Path, zoo_geometry: pd.DataFrame) -> pd.DataFrame:
+    """``zoo_geometry``: the LCM page geometry of every zoo model (:func:`harness.tools.pages.zoo_frame`),
+    written by the study runner (a kind input, :mod:`harness.study.inputs`)."""
+    table = zoo_geometry
     rp.write_csv(table, out, "lcm_table", p)
     worst = table.sort_values("model_max_ratio", ascending=False).drop_duplicates("model").head(5)
     print("largest LCM blow-ups: " + ", ".join(f"{r.model} {r.model_max_ratio}×" for r in worst.itertuples()))

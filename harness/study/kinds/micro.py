@@ -68,14 +68,6 @@ def _x(params: dict[str, Any]) -> float | None:
     return float(xs[0]) if xs else None
 
 
-def _trace_path(overrides: list[str]) -> Path:
-    """Where :func:`harness.run.run_cell` wrote this cell's per-step trace (beside record.json)."""
-    from harness.config import compose_cell
-    from harness.run import cell_dir
-
-    return cell_dir(compose_cell(list(overrides))) / "trace.csv"
-
-
 def rows(p: Plan, records: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per cell and seed, ordered part, system, seed, x. ``trace``: the per-step trace's path
     for the trace parts' first seed (not written to the summary)."""
@@ -92,7 +84,7 @@ def rows(p: Plan, records: list[dict[str, Any]]) -> pd.DataFrame:
                "git_rev": prov.get("git_rev"), "dirty": prov.get("dirty"), "time": prov.get("time"),
                "overrides": " ".join(run.overrides)}
         if run.model in TRACE_PARTS and row["status"] == "ok" and run.seed == first_seed[run.model]:
-            row["trace"] = str(_trace_path(run.overrides))
+            row["trace"] = rec.get("trace_file")   # written by harness.run beside the record
         out.append(row)
     df = pd.DataFrame(out)
     if df.empty:

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness.plots import FONT, paper_name, save
 from harness.study import report as rp
 from harness.study import stats
 from harness.study.plan import Plan
@@ -32,8 +33,6 @@ def summarize(p: Plan, records: list[dict]) -> pd.DataFrame:
 
 def plot(summary: pd.DataFrame, p: Plan, out: Path) -> Path:
     """:func:`draw` saved as ``<out>/window_sweep[_suffix].png`` and ``.pdf``."""
-    from harness.plots import save
-
     return save(draw(summary, p), out / f"{p.name}{rp.suffix(p)}.png")
 
 
@@ -42,8 +41,6 @@ def draw(summary: pd.DataFrame, p: Plan) -> plt.Figure:
     systems' KV waste against the request length, one line per sliding window. The window and the
     length are separate axes (a 4096/512 and a 32768/4096 cell share a ratio, not a point); a
     marker sits where the request length equals the window."""
-    from harness.plots import FONT, paper_name
-
     models = list(dict.fromkeys(summary["model"]))
     windows = sorted(set(summary["window"]))
     with plt.rc_context(FONT):
