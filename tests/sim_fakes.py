@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from harness.profile import ModelProfile
+from harness.models import ModelProfile
 from harness.workloads.request import Request
 from jenga.interface import MemoryManager, MemoryUsage
 from jenga.spec import FullAttentionSpec

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.config import ConfigError, compose_cell, options
-from harness.models import load_profile
-from harness.profile import ModelProfile
+from harness.models import ModelProfile, load_profile
 from jenga.spec import page_geometry
 
 

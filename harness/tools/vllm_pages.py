@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.profile import ModelProfile
+from harness.models import ModelProfile
 from jenga.spec import VisionEmbeddingSpec, page_geometry
 
 MAX_PLAN_LEN = 32768

@@ -17,8 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from harness.config import ConfigError, compose_cell
-from harness.models import load_profile
-from harness.profile import ModelProfile
+from harness.models import ModelProfile, load_profile
 from jenga.spec import CrossAttentionSpec, TokenDropSpec
 
 

@@ -1,4 +1,4 @@
-"""Can a cell start, and can its pool hold every request? No simulation (issue 9 §2).
+"""Can a cell start, and can its pool hold every request? No simulation.
 
 vLLM's start-up decides two things before any request runs (see :mod:`harness.backends.cost.model`): the KV
 pool left after the profiling pass (``CostModel.kv_capacity_bytes``; none left is a start-up

@@ -32,8 +32,7 @@ from harness.backends.cost.model import CostModel
 from harness.backends.settings import EngineSettings
 from harness.backends.sim import specdec, vision_cache
 from harness.backends.sim.scheduler import Scheduler
-from harness.models import zoo_profile
-from harness.profile import ModelProfile
+from harness.models import ModelProfile, zoo_profile
 from jenga.baselines.marconi import prefix_flops
 from jenga.registry import check_system_names
 

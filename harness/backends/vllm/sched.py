@@ -30,7 +30,7 @@ from typing import Any
 from harness.backends.cost.model import CostModel, profile_tokens
 from harness.backends.settings import EngineSettings, GpuSettings
 from harness.backends.vllm.common import allocator_name, check_options, hybrid_for_system, runs_plugin
-from harness.profile import ModelProfile
+from harness.models import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.workloads.request import Request
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec

@@ -8,7 +8,7 @@ so the hybrid KV cache manager makes two KV cache groups.
 
 from __future__ import annotations
 
-from harness.profile import ModelProfile
+from harness.models import ModelProfile
 from jenga.spec import FullAttentionSpec, SlidingWindowSpec
 
 TINY_WINDOW = 256
