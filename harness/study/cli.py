@@ -44,22 +44,12 @@ class UsageError(ValueError):
 
 
 # -- arguments ---------------------------------------------------------------------------------------
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} is not a positive number of processes (use 1 to run in this process)")
-    return n
-
-
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m harness.study``."""
     ap = argparse.ArgumentParser(prog="python -m harness.study", description=__doc__.strip().split("\n")[0])
     ap.add_argument("experiment", help="the study file (experiments/<name>.yaml)")
     ap.add_argument("overrides", nargs="*", help="key=value: mode=smoke, seeds=0,1, gpu=l4, Hydra cell overrides")
-    ap.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, help="processes (default: every core)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: every core)")
     ap.add_argument("--force", action="store_true", help="rerun cells even if a finished record exists")
     ap.add_argument("--out", default=None, help="summary/figure folder (default results/<name>; smoke: results/smoke/<name>)")
     ap.add_argument("--dry-run", action="store_true", help="list the cells (and which are cached) and run nothing")
@@ -75,6 +65,8 @@ def parser() -> argparse.ArgumentParser:
 def parse(ap: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Flags and overrides in any order; every positional after the file must be ``key=value``."""
     args = ap.parse_intermixed_args(list(argv) if argv is not None else None)
+    if args.jobs < 1:
+        ap.error(f"argument --jobs: {args.jobs} is not a positive number of processes (use 1 to run in this process)")
     check_override_syntax(args.overrides)
     return args
 

@@ -86,6 +86,15 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _cells(r) -> tuple[str, str, str]:
+    """A geometry row's printed layers (storing/computing under KV sharing), bytes per token
+    ("state" for Mamba) and MAX-page tokens per page ("-" where none)."""
+    layers = f"{r.layers}" if r.layers == r.compute_layers else f"{r.layers}/{r.compute_layers}"
+    bpt = "state" if r.bytes_per_token is None else str(r.bytes_per_token)
+    mpt = "-" if r.max_page_tokens is None else str(r.max_page_tokens)
+    return layers, bpt, mpt
+
+
 def describe(profile: ModelProfile, tokens_per_page: int = 16) -> str:
     """The per-model table as text."""
     g = geometry(profile, tokens_per_page)
@@ -93,9 +102,7 @@ def describe(profile: ModelProfile, tokens_per_page: int = 16) -> str:
              (f"{'type':<22}{'kind':<18}{'layers':>10}{'bytes/token':>14}{'small page':>14}{'large/small':>13}"
              f"{'MAX-page tokens/page':>22}")]
     for r in g.rows:
-        layers = f"{r.layers}" if r.layers == r.compute_layers else f"{r.layers}/{r.compute_layers}"
-        bpt = "state" if r.bytes_per_token is None else str(r.bytes_per_token)
-        mpt = "-" if r.max_page_tokens is None else str(r.max_page_tokens)
+        layers, bpt, mpt = _cells(r)
         lines.append(f"{r.name:<22}{r.kind:<18}{layers:>10}{bpt:>14}{r.small_page_bytes:>14}{r.ratio:>12}x"
                      f"{mpt:>22}")
     lines.append(f"LCM large page: {g.large_page_bytes} bytes ({_fmt_bytes(g.large_page_bytes)}); "
@@ -121,9 +128,7 @@ def zoo_table(tokens_per_page: int = 16) -> str:
         prof = load_profile(compose_cell([f"model={name}"]).model)
         g = geometry(prof, tokens_per_page)
         for r in g.rows:
-            layers = f"{r.layers}" if r.layers == r.compute_layers else f"{r.layers}/{r.compute_layers}"
-            bpt = "state" if r.bytes_per_token is None else str(r.bytes_per_token)
-            mpt = "-" if r.max_page_tokens is None else str(r.max_page_tokens)
+            layers, bpt, mpt = _cells(r)
             lines.append(f"{name:<24}{r.name:<16}{r.kind:<17}{layers:>7}{bpt:>12}{r.small_page_bytes:>12}"
                          f"{_fmt_bytes(g.large_page_bytes):>12}{r.ratio:>11}x{mpt:>19}")
         if g.max_ratio > best[0]:
