@@ -26,6 +26,7 @@ import argparse
 import csv
 from pathlib import Path
 
+from harness.backends.vllm.plan import require_vllm
 from harness.config import compose_cell
 from harness.records import REPO_ROOT
 from harness.run import run_cell
@@ -137,7 +138,6 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.backends.vllm.plan import require_vllm
     ap = argparse.ArgumentParser(description="sim vs vLLM's scheduler on the same cells")
     ap.add_argument("--cells", nargs="*", default=list(CELLS), choices=list(CELLS))
     ap.add_argument("--force", action="store_true", help="rerun cells whose records exist")

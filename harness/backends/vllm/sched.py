@@ -30,10 +30,22 @@ from typing import Any
 from harness.backends.cost.model import CostModel, profile_tokens
 from harness.backends.settings import EngineSettings, GpuSettings
 from harness.backends.vllm.common import allocator_name, check_options, hybrid_for_system, runs_plugin
+from harness.backends.vllm.plan import (
+    EngineKnobs,
+    layer_name,
+    layer_owners,
+    make_vllm_config,
+    plan_kv_cache,
+    require_vllm,
+    vllm_layer_specs,
+    vllm_versions,
+    write_proxy_model_dir,
+)
 from harness.models import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.workloads.request import Request
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
+from jenga_vllm.invariants import check_invariants
 
 BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler", "check_invariants"}
 
@@ -53,7 +65,6 @@ def scheduler_options(cfg, options: dict) -> dict:
 
 def engine_knobs(cfg, profile: ModelProfile, hybrid: bool, retention, scheduler_extra: dict | None = None):
     """The cell's engine settings in vLLM terms (the same token budget rule as ``backend=sim``)."""
-    from harness.backends.vllm.plan import EngineKnobs
     engine = EngineSettings.of(cfg.engine)
     max_len = engine.model_len(profile)
     return EngineKnobs(hybrid=hybrid, block_size=int(engine.tokens_per_page),
@@ -119,16 +130,6 @@ def _needed_and_allocated(sched, bytes_per_block: list[int], group_types) -> tup
 
 def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     """Run one cell through vLLM's scheduler and KV cache manager (contract §4)."""
-    from harness.backends.vllm.plan import (
-        layer_name,
-        layer_owners,
-        make_vllm_config,
-        plan_kv_cache,
-        require_vllm,
-        vllm_layer_specs,
-        vllm_versions,
-        write_proxy_model_dir,
-    )
     system = str(cfg.system.name)
     hybrid = hybrid_for_system(system, "vllm_sched")
     jenga = runs_plugin(system)
@@ -171,7 +172,6 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     alloc = None
     if jenga:
         from jenga_vllm.install import install
-        from jenga_vllm.invariants import check_invariants
         alloc = install(sched.kv_cache_manager, kvc)
     check = bool(options.get("check_invariants", False)) and alloc is not None
     init_none_hash(sha256)
