@@ -46,6 +46,11 @@ COLUMNS = ["point_id", "source_repo", "source_rev", "source_file", "source_line"
            "message_bytes", "batch", "context", "value_s", "informs", "note"]
 
 
+def _row(**fields) -> dict:
+    """One points.csv row (keyword arguments read like the column names)."""
+    return fields
+
+
 def _show(git_dir: str, rev: str, path: str) -> list[str]:
     out = subprocess.run(["git", "--git-dir", git_dir, "show", f"{rev}:{path}"], check=True,
                          capture_output=True, text=True).stdout
@@ -68,7 +73,7 @@ def vidur_gemm_rows(git_dir: str) -> list[dict]:
             seen.add(key)
             ms = sum(float(rec[f"time_stats.{op}.median"]) for op in OPS)
             hidden, heads = int(rec["n_embd"]), int(rec["n_head"])
-            rows.append(dict(
+            rows.append(_row(
                 source_repo="microsoft/vidur", source_rev=VIDUR_REV[:7], source_file=path, source_line=lineno,
                 engine="op", gpu="h100", model=model, quantity="linear_layer_time", tokens=key[0], tp=key[1],
                 hidden=hidden, head_dim=hidden // heads, q_heads=heads, kv_heads=int(rec["n_kv_head"]),
@@ -95,7 +100,7 @@ def vidur_allreduce_rows(git_dir: str) -> list[dict]:
                 chosen.append(best)
     rows = []
     for lineno, rec in chosen:
-        rows.append(dict(
+        rows.append(_row(
             source_repo="microsoft/vidur", source_rev=VIDUR_REV[:7], source_file=path, source_line=lineno,
             engine="op", gpu="h100", model="", quantity="allreduce_time", tp=int(rec["num_workers"]),
             message_bytes=int(rec["size"]), value_s=float(rec["time_stats.all_reduce.median"]) * 1e-3,
@@ -110,7 +115,7 @@ def artifact_rows(git_dir: str) -> list[dict]:
     rows = []
     for lineno, line in enumerate(lines, start=1):
         if "Avg generation throughput: 121.2 tokens/s" in line and "Running: 6 reqs" in line:
-            rows.append(dict(
+            rows.append(_row(
                 source_repo="heheda12345/Jenga-SOSP25-AE", source_rev="main", source_file=path, source_line=lineno,
                 engine="v0", gpu="h100", model="ministral_8b", quantity="decode_step_time", batch=6, context=60000,
                 value_s=6 / 121.2, informs="eager_layer_s",
@@ -132,7 +137,7 @@ def published_rows() -> list[dict]:
     rows = []
     for qps, tuned, untuned in PR2979:
         for kind, val in (("itl_tuned_fused_moe", tuned), ("itl_untuned_fused_moe", untuned)):
-            rows.append(dict(
+            rows.append(_row(
                 source_repo="vllm-project/vllm", source_rev="PR #2979", source_file="pull request description",
                 source_line=f"qps = {qps}", engine="v0", gpu="h100", model="mistralai/Mixtral-8x7B (TP 2)",
                 quantity=kind, batch=qps, tp=2, value_s=val, informs="untuned_fused_moe_slowdown",

@@ -21,15 +21,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.backends.cost import calibration as cal  # noqa: E402
+from harness.backends.cost import calibration as cal
 
 GPU_DIR = REPO / "harness" / "conf" / "gpu"
 BEGIN = "# >>> calibration (scripts/calibrate.py; do not edit by hand)"
 END = "# <<< calibration"
 NOTES = {
     "h100": "fitted on H100 points",
-    "l4": "no published L4 points: H100's efficiencies (datasheet ratio), H100's host cost, H100's all-reduce fit (unused: every L4 cell is TP 1)",
-    "h200": "no published H200 points: H100's efficiencies (datasheet ratio), host cost and NVLink all-reduce fit",
+    "l4": "L4: H100's fit where no L4 point exists (datasheet ratio; the all-reduce is unused, every L4 cell is TP 1); host cost from the H100 log line",
+    "h200": "H200: H100's fit where no H200 point exists (datasheet ratio); host cost from the H100 log line",
 }
 
 
@@ -37,7 +37,8 @@ def block(gpu: str, result: dict) -> str:
     c = result["constants"]
     g, a = c["gemm"], c["allreduce"]
     lines = [BEGIN,
-             f"# {NOTES[gpu]}. Points: calibration/points.csv ({len(result['points'])} rows).",
+             f"# {NOTES[gpu]}. Inherited from H100: {', '.join(result['inherited']) or 'nothing'}.",
+             f"# Points: calibration/points.csv; {len(result['points'])} rows fitted for this GPU below.",
              "calibration:",
              "  source: calibration/points.csv",
              "  gemm:   # Vidur H100 linear-layer times (microsoft/vidur data/profiling/compute/h100/*/mlp.csv)",
@@ -80,30 +81,39 @@ def write(gpu: str, text: str, check: bool) -> bool:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--points", default=str(cal.POINTS))
+    ap.add_argument("--points", nargs="+", default=None,
+                    help="points files (default: calibration/points.csv + calibration/gpu_points_*.csv)")
     ap.add_argument("--check", action="store_true", help="do not write; exit 1 if a GPU yaml differs")
+    ap.add_argument("--no-write", action="store_true", help="fit and print only (gpu_calibrate.sh --dry-run)")
     args = ap.parse_args(argv)
-    result = cal.calibrate(cal.load_points(args.points))
-    c = result["constants"]
-    print(f"gemm: mfu {c['gemm']['mfu']:.4f}  mbu {c['gemm']['mbu']:.4f}  blend {c['gemm']['blend']:.4f}  "
-          f"floor {c['gemm']['floor_s'] * 1e6:.1f} us per kernel")
-    print(f"allreduce: latency {c['allreduce']['latency_s'] * 1e6:.1f} us  ring bandwidth "
-          f"{c['allreduce']['bytes_per_s'] / 1e9:.0f} GB/s")
-    print(f"eager_layer_s v0: {c['eager_layer_s']['v0'] * 1e3:.3f} ms")
-    print(f"untuned fused-MoE slowdown: {c['untuned_fused_moe_slowdown']:.3f}")
-    by_q: dict[str, list[float]] = {}
-    for p in result["points"]:
-        if not math.isnan(p["loo"]):
-            by_q.setdefault(p["quantity"], []).append(abs(p["loo"]))
-    for q, errs in by_q.items():
-        over = sum(e > 0.15 for e in errs)
-        print(f"leave-one-out |error| {q}: median {sorted(errs)[len(errs) // 2]:.3f}, max {max(errs):.3f}, "
-              f"{over} of {len(errs)} points over 15 %")
-    for p in result["points"]:
-        if math.isnan(p["loo"]):
-            print(f"leave-one-out {p['point_id']} ({p['quantity']}): n/a, the only point of its constant "
-                  f"(fitted exactly: residual {p['residual']:+.3f})")
-    ok = all(write(gpu, block(gpu, result), args.check) for gpu in ("h100", "l4", "h200"))
+    files = args.points or [str(cal.POINTS), *sorted(str(p) for p in cal.POINTS.parent.glob("gpu_points_*.csv"))]
+    points = [r for f in files for r in cal.load_points(f)]
+    print(f"points: {len(points)} from {', '.join(Path(f).name for f in files)}")
+    results = {gpu: cal.calibrate(points, gpu) for gpu in ("h100", "l4", "h200")}
+    for gpu, result in results.items():
+        c = result["constants"]
+        print(f"== {gpu} (inherited from H100: {', '.join(result['inherited']) or 'nothing'})")
+        print(f"gemm: mfu {c['gemm']['mfu']:.4f}  mbu {c['gemm']['mbu']:.4f}  blend {c['gemm']['blend']:.4f}  "
+              f"floor {c['gemm']['floor_s'] * 1e6:.1f} us per kernel")
+        print(f"allreduce: latency {c['allreduce']['latency_s'] * 1e6:.1f} us  ring bandwidth "
+              f"{c['allreduce']['bytes_per_s'] / 1e9:.0f} GB/s")
+        print(f"eager_layer_s v0: {c['eager_layer_s']['v0'] * 1e3:.3f} ms")
+        print(f"untuned fused-MoE slowdown: {c['untuned_fused_moe_slowdown']:.3f}")
+        by_q: dict[str, list[float]] = {}
+        for p in result["points"]:
+            if not math.isnan(p["loo"]):
+                by_q.setdefault(p["quantity"], []).append(abs(p["loo"]))
+        for q, errs in by_q.items():
+            over = sum(e > 0.15 for e in errs)
+            print(f"leave-one-out |error| {q}: median {sorted(errs)[len(errs) // 2]:.3f}, max {max(errs):.3f}, "
+                  f"{over} of {len(errs)} points over 15 %")
+        for p in result["points"]:
+            if math.isnan(p["loo"]):
+                print(f"leave-one-out {p['point_id']} ({p['quantity']}): n/a, the only point of its constant "
+                      f"(fitted exactly: residual {p['residual']:+.3f})")
+    if args.no_write:
+        return 0
+    ok = all(write(gpu, block(gpu, results[gpu]), args.check) for gpu in ("h100", "l4", "h200"))
     if args.check and not ok:
         print("GPU yamls are stale: run scripts/calibrate.py", file=sys.stderr)
         return 1

@@ -38,8 +38,9 @@ from scipy.optimize import least_squares
 REPO = Path(__file__).resolve().parents[3]
 POINTS = REPO / "calibration" / "points.csv"
 FORBIDDEN = ("results/paper/", "logs/figure14.csv", "logs/figure13")
-H100_PEAK_BF16 = 989.4e12
-H100_HBM = 3.35e12
+# Datasheet peaks (dense bf16 FLOP/s, HBM bytes/s) the efficiencies are relative to; the same
+# numbers as harness/conf/gpu/<gpu>.yaml (tests/test_calibration.py checks they agree).
+PEAKS = {"h100": (989.4e12, 3.35e12), "h200": (989.4e12, 4.8e12), "l4": (121e12, 300e9)}
 
 
 class CalibrationInputError(ValueError):
@@ -74,9 +75,10 @@ def _gemm_predict(params, rows) -> np.ndarray:
     out = []
     for r in rows:
         tot = 0.0
+        peak, hbm = PEAKS[r["gpu"]]
         for flops, wbytes in linear_shapes(r):
-            c = flops / (H100_PEAK_BF16 * mfu)
-            m = wbytes / (H100_HBM * mbu)
+            c = flops / (peak * mfu)
+            m = wbytes / (hbm * mbu)
             tot += (c ** blend + m ** blend) ** (1.0 / blend) + floor
         out.append(tot)
     return np.array(out)
@@ -179,20 +181,36 @@ def fit_moe_slowdown(pairs) -> float:
 
 
 # ------------------------------------------------------------------------------------- driver
-def calibrate(points: list[dict]) -> dict:
-    """Every constant and, per point, its fitted prediction, relative residual and leave-one-out
-    relative error (``loo``: refit without the point, predict it)."""
-    gemm_rows = [r for r in points if r["quantity"] == "linear_layer_time" and r["gpu"] == "h100"]
-    ar_rows = [r for r in points if r["quantity"] == "allreduce_time" and r["gpu"] == "h100"]
+def calibrate(points: list[dict], gpu: str = "h100") -> dict:
+    """Every constant of ``gpu`` and, per point, its fitted prediction, relative residual and
+    leave-one-out relative error (``loo``: refit without the point, predict it). A constant with no
+    point on ``gpu`` is taken from H100's fit (``inherited`` lists which): the datasheet ratio."""
+    own = [r for r in points if r["gpu"] == gpu]
+    h100 = [r for r in points if r["gpu"] == "h100"]
+    inherited = []
+
+    def rows_of(q):
+        mine = [r for r in own if r["quantity"] == q]
+        if mine:
+            return mine
+        inherited.append(q)
+        return [r for r in h100 if r["quantity"] == q]
+    gemm_rows = rows_of("linear_layer_time")
+    ar_rows = rows_of("allreduce_time")
     step_rows = [r for r in points if r["quantity"] == "decode_step_time" and r["gpu"] == "h100"]
     gemm = fit_gemm(gemm_rows)
     ar = fit_allreduce(ar_rows)
     base = {"source": "calibration/points.csv", "gemm": gemm, "allreduce": ar}
-    eager = fit_eager(step_rows, base)
+    # The host cost per layer is CPU work: solved on the H100 log line with H100's GPU constants.
+    h100_base = base if gpu == "h100" else {**base, "gemm": fit_gemm([r for r in h100 if r["quantity"] == "linear_layer_time"]),
+                                            "allreduce": fit_allreduce([r for r in h100 if r["quantity"] == "allreduce_time"])}
+    eager = fit_eager(step_rows, h100_base)
     pairs = moe_pairs(points)
     slowdown = fit_moe_slowdown(pairs)
     const = {**base, "eager_layer_s": {"v0": eager}, "untuned_fused_moe_slowdown": slowdown}
     table = []
+    if gpu != "h100" and set(inherited) >= {"linear_layer_time", "allreduce_time"}:
+        return {"constants": const, "points": table, "inherited": inherited}
     for rows, fit, pred, full in ((gemm_rows, fit_gemm, predict_gemm, gemm),
                                   (ar_rows, fit_allreduce, predict_allreduce, ar)):
         fitted = pred(full, rows)
@@ -208,7 +226,7 @@ def calibrate(points: list[dict]) -> dict:
         table.append({"point_id": u["point_id"], "quantity": u["quantity"], "measured_s": u["value_s"],
                       "fitted_s": fitted, "residual": fitted / u["value_s"] - 1, "loo": loo / u["value_s"] - 1})
     for r in step_rows:
-        fitted = _decode_step(r, const)
+        fitted = _decode_step(r, const if gpu == "h100" else {**h100_base, "eager_layer_s": {"v0": eager}})
         table.append({"point_id": r["point_id"], "quantity": r["quantity"], "measured_s": r["value_s"],
                       "fitted_s": fitted, "residual": fitted / r["value_s"] - 1, "loo": math.nan})
-    return {"constants": const, "points": table}
+    return {"constants": const, "points": table, "inherited": inherited}
