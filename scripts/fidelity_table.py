@@ -116,8 +116,12 @@ def _cells(runs_dir: Path) -> pd.DataFrame:
         r = json.loads(f.read_text())
         if r.get("status", "ok") != "ok" or not r.get("num_steps"):
             continue
-        out.append({"model": r["model"], "system": r["system"], "makespan_s": r["makespan_s"],
-                    "num_steps": r["num_steps"], "num_requests": r["num_requests"]})
+        ov = r.get("overrides") or []
+        # Records of the same cache made with a mechanism switched off (the ladder runs) are skipped.
+        if any("mechanisms" in o for o in ov):
+            continue
+        out.append({"model": r["model"], "system": r["system"], "dataset": r.get("dataset"),
+                    "makespan_s": r["makespan_s"], "num_steps": r["num_steps"], "num_requests": r["num_requests"]})
     return pd.DataFrame(out)
 
 
@@ -134,7 +138,9 @@ def would_take(summary: pd.DataFrame, runs_dir: Path, system: str = "jenga", tol
         sp, psp = r.get("speedup"), r.get("paper_speedup")
         if not (pd.notna(sp) and pd.notna(psp)) or abs(sp / psp - 1) <= tol + 1e-12:
             continue
-        g = cells[cells["model"] == r["model"]]
+        g = cells[(cells["model"] == r["model"]) & (cells["num_requests"] == r.get("num_requests", cells["num_requests"]))]
+        if "dataset" in r and "dataset" in g:
+            g = g[g["dataset"] == r["dataset"]]
         j, b = g[g["system"] == system], g[g["system"] == r["baseline"]]
         if j.empty or b.empty:
             continue
