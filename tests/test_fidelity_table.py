@@ -49,5 +49,6 @@ def test_ladder_and_would_take_exact(tmp_path):
                                                    "makespan_s": t, "num_steps": n, "num_requests": 20}))
     line = next(x for x in ft.would_take(s, tmp_path).splitlines() if x.startswith("| a |"))
     assert f"| {1.5 / 32.5 * 1e3:.1f} ms |" in line
-    # The paper's baseline: 3.0 / 1.5 = 2 req/s -> 20 requests in 10 s; ours 12 s in 100 steps: Δ < 0.
-    assert "| -20.0 ms |" in line
+    # Limit as Δ -> ∞: 1.2 x (100 / 12) / (50 / 10) = 2.0. The paper's baseline: 3.0 / 1.5 = 2 req/s
+    # -> 20 requests in 10 s; ours take 12 s in 100 steps: Δ = -20 ms.
+    assert "| 2.00 | -20.0 ms |" in line
