@@ -120,6 +120,21 @@ def test_gpu_yamls_carry_the_fitted_constants():
         assert 0 < c["gemm"]["mfu"] <= 1 and 0 < c["gemm"]["mbu"] <= 1
 
 
+def test_h100_yaml_constants_are_the_fit_of_the_committed_points():
+    """The fast half of ``calibrate.py --check``: refit the GEMM curve, the all-reduce and the MoE
+    slowdown from points.csv and compare with the yaml (written to 4-5 significant digits)."""
+    import yaml
+    y = yaml.safe_load((REPO / "harness/conf/gpu/h100.yaml").read_text())["calibration"]
+    points = cal.load_points()
+    gemm = cal.fit_gemm([r for r in points if r["quantity"] == "linear_layer_time"])
+    ar = cal.fit_allreduce([r for r in points if r["quantity"] == "allreduce_time"])
+    for k in ("mfu", "mbu", "blend", "floor_s"):
+        assert y["gemm"][k] == pytest.approx(gemm[k], rel=1e-3), k
+    assert y["allreduce"]["latency_s"] == pytest.approx(ar["latency_s"], rel=1e-3)
+    assert y["allreduce"]["bytes_per_s"] == pytest.approx(ar["bytes_per_s"], rel=1e-3)
+    assert y["untuned_fused_moe_slowdown"] == pytest.approx(cal.fit_moe_slowdown(cal.moe_pairs(points)), rel=1e-3)
+
+
 @pytest.mark.slow
 def test_calibrate_check_passes_on_the_committed_tree():
     r = subprocess.run([sys.executable, "scripts/calibrate.py", "--check"], cwd=REPO, capture_output=True, text=True,
