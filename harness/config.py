@@ -164,6 +164,9 @@ class GpuConf:
     mfu: float = MISSING
     mbu: float = MISSING
     count: int = 1
+    # Step-time constants fitted by scripts/calibrate.py from published measurements (issue 21);
+    # read only by harness/backends/cost/model.py. None: the datasheet mfu/mbu path.
+    calibration: Any = None
 
 
 @dataclass

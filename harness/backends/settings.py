@@ -98,6 +98,7 @@ class GpuSettings:
     mfu: float
     mbu: float
     count: int
+    calibration: Any = None
 
     @classmethod
     def of(cls, gpu: Any) -> GpuSettings:

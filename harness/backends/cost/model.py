@@ -69,7 +69,7 @@ sequence's last token only):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -311,6 +311,43 @@ SAMPLER_BYTES_PER_LOGIT = 32
 # peak (down projection) that is one more byte per intermediate element live beside its bf16 input
 # and the still-referenced gate_up output (``LlamaMLP.forward`` keeps ``gate_up`` until it returns).
 FP8_QUANT_INPUT_BYTES = 1
+# vLLM v0 replays a captured CUDA graph only when the batch's longest sequence is at most
+# ``max_seq_len_to_capture`` (vllm-v0-baseline and vllm-v0-jenga: ``vllm/engine/arg_utils.py``
+# ``EngineArgs.max_seq_len_to_capture = 8192``; ``vllm/worker/model_runner.py``
+# ``ModelInputForGPUBuilder._use_captured_graph``: ``max_decode_seq_len <= max_seq_len_to_capture``
+# and the same for the encoder length). Longer decodes run eager. The artifact passes no such flag.
+V0_MAX_SEQ_LEN_TO_CAPTURE = 8192
+# Mechanisms of issue 21 §2-§3 that a GPU yaml's ``calibration`` block switches on (all default to
+# on when the block exists; ``gpu.calibration.mechanisms.<name>=false`` turns one off, which is how
+# FIDELITY.md's before -> after per mechanism is produced). Without a calibration block none is on:
+# the datasheet ``mfu``/``mbu`` path of earlier rounds.
+MECHANISMS = ("gemm_curve", "allreduce", "eager_host", "graph_seq_rule", "vision_flops", "vision_mask_memory",
+              "untuned_fused_moe")
+
+
+def _plain(obj) -> dict:
+    """A GPU yaml's ``calibration`` block as a plain dict (it may arrive as a DictConfig)."""
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return obj
+    from omegaconf import OmegaConf
+    return OmegaConf.to_container(obj, resolve=True)
+
+
+def gemm_time(flops: float, weight_bytes: float, peak_flops: float, bytes_per_s: float, gemm: dict,
+              kernels: int = 0) -> float:
+    """Time of a set of linear layers from their FLOPs and weight bytes with the measured GEMM
+    efficiency curve (``scripts/calibrate.py``, fitted on Vidur's H100 operator profiles): the
+    compute time at ``mfu`` of the datasheet peak and the weight-streaming time at ``mbu`` of the
+    datasheet bandwidth combine as a power mean, ``(c^p + m^p)^(1/p)``. Large token counts tend to
+    ``c``, one token to ``m``; near the ridge both count, which one ``max`` would miss (Vidur's
+    128-512-token GEMMs run below both roofs), plus ``floor_s`` per GEMM kernel (``kernels``: the
+    step's linear-layer launches; Vidur's 1-token TP-8 shards take ~10 us whatever their size)."""
+    c = flops / (peak_flops * gemm["mfu"])
+    m = weight_bytes / (bytes_per_s * gemm["mbu"])
+    p = gemm["blend"]
+    return (c ** p + m ** p) ** (1.0 / p) + kernels * float(gemm.get("floor_s", 0.0))
 
 
 def gpu_efficiency(gpu, profiles_dir: Path | None = None, tp: int = 1) -> dict:
@@ -476,6 +513,82 @@ class CostModel:
             self._shared_bytes = profile.active_params * profile.weight_dtype_bytes - k * self._expert_bytes
         # The vision encoder runs once per image token at prefill (a dense ViT: 2 FLOPs/param/token).
         self._vision_flops_per_token = 2.0 * profile.vision.encoder_params if profile.vision else 0.0
+        self._calibrate(gpu, version, peak)
+
+    def _calibrate(self, gpu, version: str, peak: float) -> None:
+        """Apply the GPU yaml's ``calibration`` block (``scripts/calibrate.py``; issue 21): the
+        measured GEMM curve, the all-reduce fit, the v0 eager host cost per layer, and the
+        source-level mechanisms (:data:`MECHANISMS`). Without the block: none of them."""
+        cal = _plain(gpu.calibration)
+        switches = cal.get("mechanisms") or {}
+        self.mechanisms = {m: bool(cal) and bool(switches.get(m, True)) for m in MECHANISMS}
+        on = self.mechanisms
+        self.calibration_source = cal.get("source", "none (datasheet mfu/mbu)")
+        self.gemm = dict(cal["gemm"]) if on["gemm_curve"] and cal.get("gemm") else None
+        if self.gemm:
+            # Peaks of the whole TP group; the fitted efficiencies apply to every kernel class
+            # (attention and Mamba kernels have no published profile of their own here).
+            self.peak_flops = peak * self.tp
+            self.peak_bytes_per_s = float(gpu.hbm_bytes_per_s) * self.tp
+            self.flops_per_s = self.peak_flops * float(self.gemm["mfu"])
+            self.bytes_per_s = self.peak_bytes_per_s * float(self.gemm["mbu"])
+            self.efficiency = {**self.efficiency, "mfu_bf16": float(self.gemm["mfu"]),
+                               "mfu_fp8": float(self.gemm["mfu"]), "mbu": float(self.gemm["mbu"]),
+                               "source": f"calibrated: {self.calibration_source}"}
+        ar = cal.get("allreduce") if on["allreduce"] else None
+        if ar:
+            self.link_bytes_per_s = float(ar["bytes_per_s"])
+            self.allreduce_latency_s = float(ar["latency_s"])
+        eager = (cal.get("eager_layer_s") or {}).get(version) if on["eager_host"] else None
+        if eager is not None:
+            self.overhead = replace(self.overhead, eager_layer_s=float(eager))
+        self.max_seq_len_to_capture = V0_MAX_SEQ_LEN_TO_CAPTURE if on["graph_seq_rule"] and version == "v0" else None
+        # mllama's vision encoder (vllm-v0-baseline vllm/model_executor/models/mllama.py):
+        # ``MllamaVisionEncoder`` layers run ``F.scaled_dot_product_attention`` over all tiles of an
+        # image at once (``MllamaVisionModel.forward`` pads each tile's 1601 patches to a multiple of
+        # 8 and reshapes to ``num_tiles * 1608`` tokens) with the dense additive mask of
+        # ``_prepare_aspect_ratio_attention_mask``: 4 N^2 d FLOPs per encoder layer per image. Each
+        # cross-attention layer (``MllamaTextCrossAttention.forward``) runs the whole ``qkv_proj``
+        # over the image tokens and keeps only K and V.
+        p = self.profile
+        vx = p.extra or {}
+        self._vision_layers = int(vx.get("vision_layers", 0))
+        self._vision_hidden = int(vx.get("vision_hidden", 0))
+        self._cross_layers = sum(s.num_layers for s in p.specs if s.kind == "cross")
+        self._vision_on = bool(on["vision_flops"] and p.vision is not None and self._vision_layers
+                               and self._vision_hidden)
+        # Jamba's FFNs on the fused-MoE kernel's default config where the fork has no tuned one for
+        # this GPU (model yaml ``extra.fused_moe_*``): the FFN weights stream ``slowdown`` x slower
+        # in the memory-bound regime (the fitted slowdown: calibration/points.csv, vLLM PR #2979's
+        # H100 decode ITL untuned vs tuned). Compute-bound prefill keeps the GEMM curve.
+        slow = float(cal.get("untuned_fused_moe_slowdown", 1.0)) if on["untuned_fused_moe"] else 1.0
+        untuned = bool(vx.get("fused_moe_ffn")) and str(gpu.name) not in set(vx.get("fused_moe_tuned_gpus") or [])
+        self._moe_slowdown = slow if untuned and self.gemm else 1.0
+        self._dense_ffn_bytes = float(vx.get("dense_ffn_params", 0)) * p.weight_dtype_bytes
+
+    def _vision_extra_flops(self, img_tokens: int) -> float:
+        """FLOPs the encoder's dense-mask attention and the cross layers' full ``qkv_proj`` add for
+        one request's image tokens encoded this step (see :meth:`_calibrate`)."""
+        if not self._vision_on or img_tokens <= 0:
+            return 0.0
+        p = self.profile
+        tpt = p.vision.tokens_per_tile
+        tiles = -(-img_tokens // tpt)
+        n = tiles * (-(-tpt // 8) * 8)
+        enc = 4.0 * n * n * self._vision_hidden * self._vision_layers
+        cross = 2.0 * img_tokens * p.hidden_size * (p.num_heads + 2 * p.num_kv_heads) * p.head_dim * self._cross_layers
+        return enc + cross
+
+    def vision_mask_bytes(self) -> int:
+        """Bytes of the (seqs, 1, N, N) additive masks of mllama's profiling pass (v0 encodes one
+        max-size image per dummy sequence, ``enc_dec_model_runner.profile_run``; N = max tiles x
+        1608), model dtype. Zero unless the ``vision_mask_memory`` mechanism is on."""
+        p = self.profile
+        if not (self.mechanisms["vision_mask_memory"] and p.vision is not None and p.vision.cross_attention
+                and self.engine.engine_version == "v0"):
+            return 0
+        n = p.vision.max_tiles * (-(-p.vision.tokens_per_tile // 8) * 8)
+        return int(self.engine.max_num_seqs) * n * n * ACT_BYTES
 
     @staticmethod
     def loaded_weight_bytes(profile: ModelProfile) -> int:
@@ -625,11 +738,26 @@ class CostModel:
                         continue
                     attn_pairs += _span_sum(kind, spec, c, n) * layers
                     kv_bytes += _keys_read(kind, spec, c, n) * bpt * layers
-        flops = 2.0 * self.matmul_params * tokens + self.attn_flops_per_pair * attn_pairs
-        flops += self._vision_flops_per_token * img_tokens
-        compute = flops / self.flops_per_s
-        memory = (self.weight_bytes_read(tokens) + kv_bytes) / self.bytes_per_s
-        gpu_time = max(compute, memory) + self.mamba_kernel_time(tokens, len(batch))
+        vision_flops = self._vision_flops_per_token * img_tokens
+        if self._vision_on:
+            vision_flops += sum(self._vision_extra_flops(e[2]) for e in batch)
+        if self.gemm:
+            # Calibrated: linear layers on the measured GEMM curve, then attention (roofline of its
+            # FLOPs and KV bytes) and the vision encoder, in sequence as the kernels run.
+            wbytes = self.weight_bytes_read(tokens)
+            if self._moe_slowdown != 1.0:
+                ffn = self._dense_ffn_bytes + (wbytes - self._shared_bytes if self._moe else 0.0)
+                wbytes += (self._moe_slowdown - 1.0) * ffn
+            linear = gemm_time(2.0 * self.matmul_params * tokens, wbytes,
+                               self.peak_flops, self.peak_bytes_per_s, self.gemm, kernels=4 * p.num_layers)
+            attention = max(self.attn_flops_per_pair * attn_pairs / self.flops_per_s, kv_bytes / self.bytes_per_s)
+            gpu_time = linear + attention + vision_flops / self.flops_per_s
+        else:
+            flops = 2.0 * self.matmul_params * tokens + self.attn_flops_per_pair * attn_pairs + vision_flops
+            compute = flops / self.flops_per_s
+            memory = (self.weight_bytes_read(tokens) + kv_bytes) / self.bytes_per_s
+            gpu_time = max(compute, memory)
+        gpu_time += self.mamba_kernel_time(tokens, len(batch))
         gpu_time += self.mamba_layout_time(prefill_tokens, tokens - prefill_tokens)
         if self.tp > 1:
             # Row-parallel o_proj / out_proj and down_proj (or the MoE combine) each end in an
@@ -638,6 +766,8 @@ class CostModel:
             gpu_time += 2 * p.num_layers * allreduce_time(msg, self.tp, self.link_bytes_per_s,
                                                           self.allreduce_latency_s)
         graphed = not self.eager and not is_prefill and len(batch) <= self.overhead.max_graph_batch
+        if graphed and self.max_seq_len_to_capture is not None:
+            graphed = max(e[0] + e[1] for e in batch) <= self.max_seq_len_to_capture
         launch = 0.0 if graphed else p.num_layers * self.overhead.eager_layer_s
         cpu = self.overhead.step_s + self.overhead.per_request_s * len(batch) + self.input_prep_time(batch)
         return self.output_time(gpu_time, launch, len(batch)) + cpu
@@ -666,6 +796,11 @@ class CostModel:
         if p.vision is not None:
             per_image = p.vision.max_tiles * p.vision.tokens_per_tile
             vision = seqs * per_image * p.vision.embedding_bytes_per_token * VISION_ACT_FACTOR / self.tp
+            mask = self.vision_mask_bytes()
+            if mask:
+                # The mask lives through the encoder (every rank builds it); while it is built,
+                # ``attention_mask @ attention_mask.transpose(-1, -2) * finfo.min`` holds two.
+                vision = max(vision + mask, 2 * mask)
         rows = min(seqs, tokens)
         if self.engine.engine_version == "v0":
             # After the forward, on rank 0, with the dummy top-k/top-p sort (module docstring).
