@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 import jenga
+from harness.backends.cost.model import CostModel, block_manager_of, profile_tokens
 from harness.backends.settings import EngineSettings, GpuSettings
 from harness.backends.sim import variants
-from harness.backends.cost.model import CostModel, block_manager_of, profile_tokens
 from harness.backends.sim.scheduler import Scheduler, SchedulerConfig
 from harness.backends.sim.variants import step_time_hook
 from harness.config import ENGINE_VERSIONS

@@ -28,8 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.backends.settings import EngineSettings, GpuSettings
 from harness.backends.cost.model import profile_tokens
+from harness.backends.settings import EngineSettings, GpuSettings
 from harness.backends.vllm.hf_config import write_hf_config
 from harness.backends.vllm.plan import INSTALL_HINT, VllmUnavailable, gpu_available, have_vllm
 from harness.backends.vllm.sched import allocator_name, check_options, hybrid_for_system, runs_plugin

@@ -26,8 +26,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from harness.backends.settings import EngineSettings, GpuSettings
 from harness.backends.cost.model import CostModel, profile_tokens
+from harness.backends.settings import EngineSettings, GpuSettings
 from harness.profile import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.workloads.request import Request
