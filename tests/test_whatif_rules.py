@@ -1,0 +1,108 @@
+"""Issue 22's engine rules as systems (jenga/baselines/vllm_hma.py): the behaviour vLLM 0.32's source
+documents, as exact values for the analytic cases, each with a negative control."""
+
+from __future__ import annotations
+
+import pytest
+
+import jenga
+from jenga.baselines.vllm_hma import VllmHma, aligned_block_size, reported_capacity
+from jenga.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec, SpecError
+from conftest import req
+
+GiB = 1 << 30
+FULL = FullAttentionSpec("full", 4, 2048)                       # 2 KiB per token per layer
+SWA = SlidingWindowSpec("sliding", 4, 2048, window=64)
+# one layer's state 1,097,728 B: Qwen3-Next's gated-DeltaNet layer (bf16 state + conv)
+GDN = MambaSpec("mamba", 12, 1097728, state_bytes_per_layer=1097728, conv_bytes_per_layer=49152)
+
+
+def test_mamba_block_alignment_none_align_all():
+    # align/none: 16 * cdiv(1097728, 16 * 2048) = 16 * 34 = 544 (vLLM's _align_hybrid_block_size)
+    assert aligned_block_size([FULL, GDN], 16, "align") == 544
+    assert aligned_block_size([FULL, GDN], 16, "none") == 544
+    # all: lcm(256, 16) * cdiv(cdiv(1097728, 2048), 256) = 256 * 3 = 768
+    assert aligned_block_size([FULL, GDN], 16, "all") == 768
+    assert aligned_block_size([FULL, GDN], 16, "all", mamba_chunk_size=128) == 640
+    # negative control: no Mamba layer -> the requested block size, untouched
+    assert aligned_block_size([FULL, SWA], 16, "all") == 16
+    with pytest.raises(SpecError, match="mamba_cache_mode"):
+        aligned_block_size([FULL, GDN], 16, "sometimes")
+
+
+def test_mamba_page_is_padded_to_the_attention_page():
+    mm = jenga.make_manager("vllm_hma", [FULL, GDN], 4 * GiB)
+    # 4 full layers -> G = 4 layer slots per group; attention page = 4 * 2048 * 544
+    assert mm.page_bytes == 4 * 2048 * 544
+    assert {t.tokens_per_page for t in mm.types} == {544}
+    assert mm.pool.num_pages == (4 * GiB) // (4 * 2048 * 544)
+
+
+def test_reported_capacity_is_concurrency_times_max_model_len():
+    mm = jenga.make_manager("vllm_hma", [FULL, SWA], 1 * GiB)
+    cap = reported_capacity(mm, max_model_len=4096, max_num_batched_tokens=512)
+    # full: cdiv(4096, 16) = 256 blocks; sliding: cdiv(min(63 + 512, 4096), 16) + 1 = 37
+    assert cap["blocks_per_request"] == 256 + 37
+    assert cap["num_blocks"] == GiB // (4 * 2048 * 16)
+    assert cap["kv_capacity_tokens"] == int(cap["num_blocks"] / 293 * 4096)
+    # negative control: with the hybrid manager off every layer is charged at full length
+    off = jenga.make_manager("vllm_hma_off", [FULL, SWA], 1 * GiB)
+    cap_off = reported_capacity(off, max_model_len=4096, max_num_batched_tokens=512)
+    assert cap_off["kv_capacity_tokens"] == off.pool.num_pages * 16
+    assert cap_off["kv_capacity_tokens"] < cap["kv_capacity_tokens"]
+
+
+def test_align_mode_keeps_only_the_mamba_state_at_the_replay_boundary():
+    """Retention 0 (vLLM's default): a Mamba state is kept only at (prompt - 1) aligned down to the
+    block (the scheduler ends a chunk there) and at junctions; a sibling sharing a 1600-token prefix
+    with a 544-token block hits only if that boundary lies inside the shared part."""
+    def hits(shared, unique, **opt):
+        mm = jenga.make_manager("vllm_hma", [FULL, GDN], 4 * GiB, enable_prefix_cache=True, **opt)
+        prefix = list(range(shared))
+        a = req("a", prefix + [10**6 + i for i in range(unique)])
+        assert mm.lookup_prefix(a) == 0 and mm.allocate(a, len(a.prompt_token_ids))
+        mm.begin_step()
+        mm.free(a)
+        b = req("b", prefix + [2 * 10**6 + i for i in range(unique)])
+        return mm.lookup_prefix(b)
+    # a's boundary: (2200 - 1) // 544 * 544 = 1632 > 1600 shared -> no hit for b
+    assert hits(1600, 600) == 0
+    # boundary (1700 - 1) // 544 * 544 = 1632 <= 1650 shared -> b hits 1632 tokens
+    assert hits(1650, 50) == 1632
+    # 'all' mode with dense retention keeps every block's state: b hits the last block inside 1600
+    assert hits(1600, 600, mamba_cache_mode="all", prefix_cache_retention_interval=None) == 768 * 2
+    # negative control: mode none caches no state -> no hit at all, even for a long shared prefix
+    assert hits(1650, 50, mamba_cache_mode="none") == 0
+
+
+def test_retention_interval_keeps_sliding_blocks_every_segment():
+    """A session's next turn extends the previous prompt: with retention 0 only the tails at the
+    replay boundary survive, so a turn that branches *before* that boundary misses; an interval
+    keeps a window-tail every N tokens and the hit survives (vllm#48435's fix)."""
+    def hit(ri):
+        mm = jenga.make_manager("vllm_hma", [FULL, SWA], 1 * GiB, enable_prefix_cache=True,
+                                prefix_cache_retention_interval=ri)
+        doc = list(range(1000))
+        a = req("a", doc + [5] * 24)
+        mm.lookup_prefix(a)
+        assert mm.allocate(a, 1024)
+        mm.free(a)
+        b = req("b", doc[:700] + [7] * 300)   # shares 700 tokens, branches before a's boundary
+        return mm.lookup_prefix(b)
+    assert hit(0) == 0                 # negative control: vLLM's default keeps no mid-prompt tail
+    assert hit(256) == 512             # tails end at 256, 512, 768 (> 700): the longest <= 700 is 512
+    assert hit(None) == 688            # dense: every block hashed; 700 aligned down to 16
+    with pytest.raises(SpecError, match="retention_interval"):
+        jenga.make_manager("vllm_hma", [FULL, SWA], GiB, prefix_cache_retention_interval=-1)
+
+
+def test_hma_off_refuses_mamba_hybrids_like_vllm():
+    with pytest.raises(SpecError, match="Failed to promote"):
+        jenga.make_manager("vllm_hma_off", [FULL, GDN], 4 * GiB)
+    # negative control: a pure sliding/full model starts
+    assert jenga.make_manager("vllm_hma_off", [FULL, SWA], GiB).pool.num_pages == GiB // (16 * 8 * 2048)
+
+
+def test_unknown_option_is_refused():
+    with pytest.raises(SpecError, match="unknown option"):
+        VllmHma([FULL, GDN], 4 * GiB, mamba_mode="align")
