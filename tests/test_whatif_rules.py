@@ -4,11 +4,11 @@ documents, as exact values for the analytic cases, each with a negative control.
 from __future__ import annotations
 
 import pytest
+from conftest import req
 
 import jenga
 from jenga.baselines.vllm_hma import VllmHma, aligned_block_size, reported_capacity
 from jenga.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec, SpecError
-from conftest import req
 
 GiB = 1 << 30
 FULL = FullAttentionSpec("full", 4, 2048)                       # 2 KiB per token per layer
