@@ -47,11 +47,17 @@ def test_state_bytes_match_vllms_shape_calculator(name):
 
 @pytest.mark.parametrize("name", HYBRIDS)
 def test_vllm_hma_geometry_and_reported_capacity_match_vllm(name, tmp_path):
-    import jenga
-    from harness.backends.vllm.plan import (EngineKnobs, make_vllm_config, plan_kv_cache, vllm_layer_specs,
-                                            write_proxy_model_dir)
-    from jenga.baselines.vllm_hma import reported_capacity
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+
+    import jenga
+    from harness.backends.vllm.plan import (
+        EngineKnobs,
+        make_vllm_config,
+        plan_kv_cache,
+        vllm_layer_specs,
+        write_proxy_model_dir,
+    )
+    from jenga.baselines.vllm_hma import reported_capacity
     prof = _profile(name)
     mml, budget = 32768, 40 * GiB
     knobs = EngineKnobs(hybrid=True, block_size=16, max_model_len=mml, max_num_batched_tokens=8192,
