@@ -97,7 +97,10 @@ def _kinds(c: dict, need: list[str]) -> list[str] | None:
 def _linear_state(c: dict, need: list[str], kinds: list[str]) -> dict | None:
     if "mamba" not in kinds:
         return None
-    ssm_dtype = c.get("mamba_ssm_cache_dtype") or c.get("mamba_ssm_dtype") or c.get("torch_dtype") or c.get("dtype") or "bfloat16"
+    # vLLM 0.32 (model_executor/models/config.py): NemotronH keeps the SSM state in the config's
+    # mamba_ssm_cache_dtype, else float32; Qwen3.5 in mamba_ssm_dtype; others in the model dtype.
+    default = "float32" if c.get("model_type") == "nemotron_h" else (c.get("torch_dtype") or c.get("dtype") or "bfloat16")
+    ssm_dtype = c.get("mamba_ssm_cache_dtype") or c.get("mamba_ssm_dtype") or default
     if "linear_num_value_heads" in c or "linear_key_head_dim" in c:  # gated DeltaNet (Qwen3-Next / Qwen3.5)
         keys = {"num_k_heads": "linear_num_key_heads", "num_v_heads": "linear_num_value_heads",
                 "head_k_dim": "linear_key_head_dim", "head_v_dim": "linear_value_head_dim",

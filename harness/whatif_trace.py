@@ -22,6 +22,7 @@ Unknown keys are refused (a typo would otherwise be silently ignored).
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def _check(rec, where: str) -> None:
         if not isinstance(v, typ) or isinstance(v, bool) or v < lo:
             raise TraceError(f"{where}: {key} must be an integer >= {lo}, got {v!r}")
     a = rec["arrival"]
-    if not isinstance(a, (int, float)) or isinstance(a, bool) or not a >= 0 or a != a or a == float("inf"):
+    if not isinstance(a, (int, float)) or isinstance(a, bool) or not math.isfinite(a) or a < 0:
         raise TraceError(f"{where}: arrival must be a finite number >= 0 (seconds), got {a!r}")
     has_p, has_s = "prompt" in rec, "segments" in rec
     if has_p == has_s:

@@ -49,10 +49,12 @@ def test_mamba_hybrid_refused_with_hma_off_and_sweep_moves_capacity():
     by = {r["rule"]: r for r in out}
     assert "Failed to promote" in by["vllm_hma_off"]["error"]
     hma = by["vllm_hma"]
-    assert set(hma["block_size_tokens"].values()) == {672}      # 16 * cdiv(2695168, 16 * 4096)
+    # fp32 SSM state (vLLM's NemotronH default): 73,728 conv + 5,242,880 state bytes per layer;
+    # 16 * cdiv(5316608, 16 * 4096) = 1312 tokens
+    assert set(hma["block_size_tokens"].values()) == {1312}
     assert hma["mamba_cache_mode"] == "align"
     knobs = {s["knob"]: s for s in hma["sweep"]}
-    assert knobs["mamba_cache_mode=all"]["block_size_tokens"] == [768]   # lcm(256, 16) * cdiv(658, 256)
+    assert knobs["mamba_cache_mode=all"]["block_size_tokens"] == [1536]  # lcm(256, 16) * cdiv(1298, 256)
 
 
 def test_config_json_path_gives_the_zoo_answer(tmp_path):
