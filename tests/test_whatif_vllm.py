@@ -75,3 +75,48 @@ def test_vllm_hma_geometry_and_reported_capacity_match_vllm(name, tmp_path):
     assert kvc.num_blocks == ours["num_blocks"], name
     assert vllm_conc == pytest.approx(ours["max_concurrency"], rel=1e-12), name
     assert vllm_tokens == ours["kv_capacity_tokens"], name
+
+
+def _hits_both(name, num_sessions, retention, kv_bytes, n=48):
+    """Prefix-hit tokens of the simulator's vllm_hma and of vLLM 0.32's own scheduler + KV cache
+    manager (backend=vllm_sched) on the same sessions trace."""
+    from omegaconf import OmegaConf
+
+    from harness import whatif as w
+    from harness import whatif_workloads as ww
+    from harness.backends.sim.engine import run_cell as sim_run
+    from harness.backends.vllm.sched import run_cell as sched_run
+    a = w.parse_args([f"model={name}", "gpu=h100", "engine.max_model_len=4096", f"engine.kv_cache_bytes={kv_bytes}",
+                      "--no-sweep"])
+    prof = w.profile(a)
+    reqs = ww.sessions(n, spec=ww.SessionsSpec(num_sessions=num_sessions, system_tokens=600, user_tokens=300,
+                                               output_len=64))
+    sim = sim_run(w.compose(a, "vllm_hma", {"prefix_cache_retention_interval": retention}, dataset="synthetic"),
+                  prof, reqs).metrics
+    cfg = w.compose(a, "vllm_hma", {}, dataset="synthetic")
+    OmegaConf.set_struct(cfg, False)
+    cfg.backend.name = "vllm_sched"
+    cfg.backend.options = {"prefix_cache_retention_interval": "dense" if retention is None else retention}
+    vs = sched_run(cfg, prof, reqs).metrics
+    assert sim["prompt_tokens"] == vs["prompt_tokens"]
+    return sim["prefix_hit_tokens"], vs["prefix_hit_tokens"]
+
+
+@pytest.mark.parametrize("name,sessions,retention,kv", [
+    ("gemma3_4b", 4, 0, 4_000_000_000),          # sliding window, vLLM's default retention: 119,232 each
+    ("qwen3_5_4b", 4, 0, 4_000_000_000),         # gated DeltaNet, align mode: 107,712 each
+    ("qwen3_5_4b", 6, None, 1_500_000_000),      # align mode, dense retention, evictions: 72,864 each
+    ("gemma3_4b", 6, 0, 1_300_000_000),          # sliding, retention 0 under pressure: 39,168 each
+])
+def test_vllm_hma_hit_tokens_match_vllms_scheduler(name, sessions, retention, kv):
+    sim, vllm = _hits_both(name, sessions, retention, kv)
+    assert sim == pytest.approx(vllm, rel=0.01) and vllm > 0
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: under eviction pressure with dense retention the simulator "
+                   "keeps more sliding-window hits than vLLM 0.32 (4 sessions: 122,048 vs 117,376 tokens; 6 "
+                   "sessions at 1.3 GB: 58,800 vs 26,624): the order in which vLLM's free queue evicts "
+                   "hashed sliding-window blocks is not modelled exactly")
+def test_vllm_hma_dense_retention_under_pressure():
+    sim, vllm = _hits_both("gemma3_4b", 6, None, 1_300_000_000)
+    assert sim == pytest.approx(vllm, rel=0.01)

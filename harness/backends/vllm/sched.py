@@ -35,7 +35,9 @@ from jenga.registry import check_system_names
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 
 # system (a jenga registry name) -> hybrid KV cache manager on?
-SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True, "jenga_current": True}
+SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True, "jenga_current": True,
+                 # issue 22 what-if rules: vLLM 0.32 with the hybrid manager on / off
+                 "vllm_hma": True, "vllm_hma_off": False}
 check_system_names(SYSTEM_HYBRID, "harness.backends.vllm.sched.SYSTEM_HYBRID")
 # systems whose allocator is the jenga_vllm plugin here (backend=vllm_sched and backend=vllm)
 PLUGIN_SYSTEMS = frozenset({"jenga", "jenga_current"})
