@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 USAGE = __doc__.split("\n\n")[1]
-RULES = ("vllm_hma", "vllm_hma_off", "jenga")
+RULES = ("vllm_hma", "vllm_hma_off", "sglang_pools", "jenga")
 DEFAULT_RULES = RULES
 ENGINE_OF = {"vllm_hma": "vLLM 0.32.0 (hybrid KV cache manager)",
              "vllm_hma_off": "vLLM 0.32.0 (--disable-hybrid-kv-cache-manager)",
+             "sglang_pools": "SGLang srt (separate SWA/full/Mamba pools, server_args defaults)",
              "jenga": "Jenga (SOSP'25 LCM allocator, this repository)"}
 TOP_KEYS = {"model", "gpu", "tp", "workload", "trace", "rules", "num_requests", "seed"}
 ENGINE_KEYS = {"enable_prefix_caching", "max_model_len", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
@@ -208,14 +209,21 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
     specs = [s for s in prof.specs if not isinstance(s, VisionEmbeddingSpec)] if rule.startswith("vllm") else list(prof.specs)
     mml = _max_model_len(cfg, prof)
     mnbt = int(cfg.engine.max_num_batched_tokens or 8192)
-    tpp = int(cfg.engine.tokens_per_page or 16)
+    # SGLang's page_size defaults to 1 token; the others page by engine.tokens_per_page (16)
+    tpp = 1 if rule == "sglang_pools" else int(cfg.engine.tokens_per_page or 16)
     mm = jenga.make_manager(rule, specs, kv, tokens_per_page=tpp, enable_prefix_cache=prefix_caching, **options)
     types = [t for t in mm.types if not t.name.endswith("/image")]
     out = {"rule": rule, "engine": ENGINE_OF.get(rule, getattr(mm, "engine_version", rule)),
            "options": options, "kv_bytes": kv, "max_model_len": mml,
            "block_size_tokens": {t.name: t.tokens_per_page for t in types},
            "page_bytes": {t.name: t.page_bytes for t in types}}
-    if rule.startswith("vllm"):
+    if rule == "sglang_pools":
+        from jenga.baselines.sglang import reported_capacity as sglang_capacity
+        cap = sglang_capacity(mm, mml)
+        out.update(num_blocks=None, kv_capacity_tokens=cap["kv_capacity_tokens"],
+                   max_concurrency=round(cap["max_concurrency"], 4), full_tokens=cap["full_tokens"],
+                   swa_tokens=cap["swa_tokens"], mamba_slots=cap["mamba_slots"])
+    elif rule.startswith("vllm"):
         cap = reported_capacity(mm, mml, max_num_batched_tokens=mnbt)
         out.update(num_blocks=cap["num_blocks"], kv_capacity_tokens=cap["kv_capacity_tokens"],
                    max_concurrency=round(cap["max_concurrency"], 4))
@@ -258,6 +266,8 @@ def simulate(rule: str, a: Args, prof, requests, options: dict) -> dict:
     """Serve ``requests`` under ``rule`` in the CPU simulator; every metric is simulated."""
     from harness.backends.sim.engine import run_cell
     cfg = compose(a, rule, options, dataset="synthetic")
+    if rule == "sglang_pools":
+        cfg.engine.tokens_per_page = 1  # SGLang's default page_size
     t0 = time.perf_counter()
     res = run_cell(cfg, prof, requests)
     m = res.metrics
@@ -296,10 +306,17 @@ def build_requests(a: Args, prof):
 # -- knob sweep ----------------------------------------------------------------------------------------
 def knob_variants(rule: str, prof, align: int) -> list[tuple[str, dict]]:
     """A small sweep of the knobs that change the answer most for ``rule``."""
+    kinds = {s.kind for s in prof.specs}
+    if rule == "sglang_pools":
+        out = []
+        if "sliding" in kinds and "full" in kinds:
+            out += [(f"swa_full_tokens_ratio={r}", {"swa_full_tokens_ratio": r}) for r in (0.2, 0.5, 1.0)]
+        if "mamba" in kinds:
+            out += [(f"mamba_full_memory_ratio={r}", {"mamba_full_memory_ratio": r}) for r in (0.1, 0.5, 2.0)]
+        return out
     if rule != "vllm_hma":
         return []
     out: list[tuple[str, dict]] = []
-    kinds = {s.kind for s in prof.specs}
     if "mamba" in kinds:
         out += [("mamba_cache_mode=all", {"mamba_cache_mode": "all"}),
                 ("mamba_cache_mode=none", {"mamba_cache_mode": "none"})]
@@ -360,6 +377,9 @@ def print_text(model: str, gpu: str, answers: list[dict]) -> None:
         print(f"  page (bytes):        {_fmt_groups(r['page_bytes'])}")
         print(f"  KV cache: {r['kv_bytes'] / 2**30:.2f} GiB = {r['kv_capacity_tokens']:,} tokens; "
               f"max concurrency at {r['max_model_len']:,} tokens: {r['max_concurrency']:.2f}x")
+        if r.get("full_tokens") is not None:
+            print(f"  pools: full {r['full_tokens']:,} tokens, SWA {r['swa_tokens']:,} tokens, "
+                  f"Mamba {r['mamba_slots']:,} slots (fixed at start-up)")
         if any(r["page_padding_fraction"].values()):
             print(f"  page padding (static waste): {r['page_padding_fraction']}")
         if r.get("prefix_hit_rate") is not None:

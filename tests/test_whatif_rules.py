@@ -106,3 +106,33 @@ def test_hma_off_refuses_mamba_hybrids_like_vllm():
 def test_unknown_option_is_refused():
     with pytest.raises(SpecError, match="unknown option"):
         VllmHma([FULL, GDN], 4 * GiB, mamba_mode="align")
+
+
+def test_sglang_swa_split_solves_sglangs_equations():
+    from jenga.baselines.sglang import reported_capacity as sg_cap
+    from jenga.baselines.sglang import sglang_split
+    # Gemma-3-27B-like: 10 full + 52 sliding layers, 8192 B per token per layer
+    full, swa = FullAttentionSpec("full", 10, 8192), SlidingWindowSpec("sliding", 52, 8192, window=1024)
+    cap = 10 * GiB
+    sp = sglang_split([full, swa], cap)
+    # F * 10 * 8192 + 0.8 F * 52 * 8192 = cap  ->  F = cap / (8192 * (10 + 41.6))
+    assert sp["full_tokens"] == int(cap / (8192 * 10 + 0.8 * 8192 * 52))
+    assert sp["swa_tokens"] == int(sp["full_tokens"] * 0.8)
+    mm = jenga.make_manager("sglang_pools", [full, swa], cap, tokens_per_page=1, enable_prefix_cache=True)
+    assert sg_cap(mm, 32768)["kv_capacity_tokens"] == sp["full_tokens"]
+    # a smaller SWA ratio gives the full pool more tokens (the knob sglang#26907 asks about)
+    assert sglang_split([full, swa], cap, swa_full_tokens_ratio=0.2)["full_tokens"] > 2 * sp["full_tokens"]
+    # negative control: a model without sliding layers puts everything in the full pool
+    assert sglang_split([FullAttentionSpec("full", 62, 8192)], cap)["full_tokens"] == cap // (62 * 8192)
+    with pytest.raises(SpecError, match="swa_full_tokens_ratio"):
+        sglang_split([full, swa], cap, swa_full_tokens_ratio=0)
+
+
+def test_sglang_mamba_pool_takes_ratio_over_one_plus_ratio():
+    from jenga.baselines.sglang import sglang_split
+    sp = sglang_split([FULL, GDN], 19 * GiB)   # mamba_full_memory_ratio 0.9: 9 GiB to states, 10 to KV
+    assert sp["mamba_slots"] == int(19 * GiB * 0.9 / 1.9 // GDN.state_bytes)
+    assert sp["full_tokens"] == int(19 * GiB / 1.9 / FULL.bytes_per_token)
+    # the pools are static: states cannot use idle KV memory (the pool of a state-starved workload)
+    mm = jenga.make_manager("sglang_pools", [FULL, GDN], 19 * GiB, tokens_per_page=1)
+    assert [p.num_pages for p in mm.pool.pools] == [sp["full_tokens"], sp["mamba_slots"]]
