@@ -77,7 +77,7 @@ def test_vllm_hma_geometry_and_reported_capacity_match_vllm(name, tmp_path):
     assert vllm_tokens == ours["kv_capacity_tokens"], name
 
 
-def _hits_both(name, num_sessions, retention, kv_bytes, n=48):
+def _hits_both(name, num_sessions, retention, kv_bytes, n=48, max_model_len=4096):
     """Prefix-hit tokens of the simulator's vllm_hma and of vLLM 0.32's own scheduler + KV cache
     manager (backend=vllm_sched) on the same sessions trace."""
     from omegaconf import OmegaConf
@@ -86,7 +86,7 @@ def _hits_both(name, num_sessions, retention, kv_bytes, n=48):
     from harness import whatif_workloads as ww
     from harness.backends.sim.engine import run_cell as sim_run
     from harness.backends.vllm.sched import run_cell as sched_run
-    a = w.parse_args([f"model={name}", "gpu=h100", "engine.max_model_len=4096", f"engine.kv_cache_bytes={kv_bytes}",
+    a = w.parse_args([f"model={name}", "gpu=h100", f"engine.max_model_len={max_model_len}", f"engine.kv_cache_bytes={kv_bytes}",
                       "--no-sweep"])
     prof = w.profile(a)
     reqs = ww.sessions(n, spec=ww.SessionsSpec(num_sessions=num_sessions, system_tokens=600, user_tokens=300,
@@ -102,14 +102,14 @@ def _hits_both(name, num_sessions, retention, kv_bytes, n=48):
     return sim["prefix_hit_tokens"], vs["prefix_hit_tokens"]
 
 
-@pytest.mark.parametrize("name,sessions,retention,kv", [
-    ("gemma3_4b", 4, 0, 4_000_000_000),          # sliding window, vLLM's default retention: 119,232 each
-    ("qwen3_5_4b", 4, 0, 4_000_000_000),         # gated DeltaNet, align mode: 107,712 each
-    ("qwen3_5_4b", 6, None, 1_500_000_000),      # align mode, dense retention, evictions: 72,864 each
-    ("gemma3_4b", 6, 0, 1_300_000_000),          # sliding, retention 0 under pressure: 39,168 each
+@pytest.mark.parametrize("name,sessions,retention,kv,mml", [
+    ("gemma3_4b", 4, 0, 4_000_000_000, 16384),   # sliding window, vLLM's default retention: 119,232 each
+    ("qwen3_5_4b", 4, 0, 4_000_000_000, 16384),  # gated DeltaNet, align mode: 107,712 each
+    ("qwen3_5_4b", 6, None, 1_500_000_000, 4096),  # align mode, dense retention, evictions: 72,864 each
+    ("gemma3_4b", 6, 0, 1_300_000_000, 4096),    # sliding, retention 0 under pressure: 39,168 each
 ])
-def test_vllm_hma_hit_tokens_match_vllms_scheduler(name, sessions, retention, kv):
-    sim, vllm = _hits_both(name, sessions, retention, kv)
+def test_vllm_hma_hit_tokens_match_vllms_scheduler(name, sessions, retention, kv, mml):
+    sim, vllm = _hits_both(name, sessions, retention, kv, max_model_len=mml)
     assert sim == pytest.approx(vllm, rel=0.01) and vllm > 0
 
 
