@@ -75,6 +75,23 @@ def test_align_mode_keeps_only_the_mamba_state_at_the_replay_boundary():
     assert hits(1650, 50, mamba_cache_mode="none") == 0
 
 
+def test_mamba_junction_lets_the_third_request_hit():
+    """vLLM 0.32's shared-prefix junction (get_computed_blocks' shared_prefix_boundary, and the
+    scheduler's early stop there): b finds full attention cached to 1088 but no Mamba state, so b
+    keeps its state at 1088 and c hits it (vllm#45238's 1500/700 split: our 60/64, vLLM 0.32's
+    own scheduler 62/64, the report's 0/64 predates this)."""
+    mm = jenga.make_manager("vllm_hma", [FULL, GDN], 4 * GiB, enable_prefix_cache=True)
+    prefix = list(range(1600))
+    seen = []
+    for i, rid in enumerate("abc"):
+        r = req(rid, prefix + [(i + 1) * 10**6 + k for k in range(600)])
+        seen.append(mm.lookup_prefix(r))
+        assert mm.allocate(r, len(r.prompt_token_ids) - seen[-1])
+        mm.begin_step()
+        mm.free(r)
+    assert seen == [0, 0, 1088]
+
+
 def test_retention_interval_keeps_sliding_blocks_every_segment():
     """A session's next turn extends the previous prompt: with retention 0 only the tails at the
     replay boundary survive, so a turn that branches *before* that boundary misses; an interval

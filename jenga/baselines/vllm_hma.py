@@ -41,7 +41,7 @@ import math
 
 from jenga.baselines.current import VllmCurrent
 from jenga.baselines.uniform import UniformPaged
-from jenga.policies import MambaPolicy, SlidingPolicy, cdiv
+from jenga.policies import FullPolicy, MambaPolicy, SlidingPolicy, cdiv
 from jenga.reqstate import ReqState
 from jenga.spec import ChunkedLocalSpec, MambaSpec, SlidingWindowSpec, SpecError, VisionEmbeddingSpec
 
@@ -110,6 +110,27 @@ class VllmHma(VllmCurrent):
     def mamba_block_size(self) -> int:
         """Tokens between two cacheable Mamba states (= the attention block in align/all mode)."""
         return self.block_size
+
+    # -- shared-prefix junction for Mamba groups too ------------------------------------------------
+    def lookup_prefix(self, request) -> int:
+        """vLLM 0.32 pins the junction wherever a sparse group lags the full-attention hit
+        (``KVCacheManager.get_computed_blocks``: ``shared_prefix_boundary = num_new_computed_tokens +
+        num_uncached``), Mamba groups included; ``TodaysVllmRules`` does it for sliding windows."""
+        L = super().lookup_prefix(request)
+        rid = request.request_id
+        if (not self.enable_prefix_cache or rid in self.reqs or rid in self.junction
+                or not any(st.policy.state_based for st in self.types)):
+            return L
+        _, hasher = self.pending[rid]
+        full = len(request.prompt_token_ids) - 1
+        for t, st in enumerate(self.types):
+            if isinstance(st.policy, FullPolicy):
+                full = min(full, len(self._cached_flags(t, hasher, full // st.tokens_per_page, True))
+                           * st.tokens_per_page)
+        full -= full % self.align
+        if full > L:
+            self.junction[rid] = full
+        return L
 
     # -- sliding-window retention (reachable_block_mask) -------------------------------------------
     def _reachable(self, rs: ReqState, t: int, j: int) -> bool:
