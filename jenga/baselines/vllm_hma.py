@@ -78,7 +78,9 @@ class VllmHma(VllmCurrent):
 
     system_name = "vllm_hma"
     engine_version = ENGINE_VERSION
-    option_names = ("mamba_cache_mode", "prefix_cache_retention_interval", "mamba_chunk_size", "kernel_block_size")
+    # mamba_junction=False: a what-if without 0.32's junction pinning for Mamba groups (older vLLM)
+    option_names = ("mamba_cache_mode", "prefix_cache_retention_interval", "mamba_chunk_size", "kernel_block_size",
+                    "mamba_junction")
 
     def __init__(self, specs, capacity_bytes: int, tokens_per_page: int = 16, enable_prefix_cache: bool = False,
                  **options):
@@ -91,6 +93,7 @@ class VllmHma(VllmCurrent):
         self.retention_interval = ri
         self.kernel_block_size = options.get("kernel_block_size", 16)
         self.mamba_chunk_size = options.get("mamba_chunk_size")
+        self.mamba_junction = bool(options.get("mamba_junction", True))
         # the --block-size the user asked for; raised for Mamba hybrids below
         self.requested_block_size = tokens_per_page
         super().__init__(specs, capacity_bytes, tokens_per_page=tokens_per_page,
@@ -118,7 +121,7 @@ class VllmHma(VllmCurrent):
         num_uncached``), Mamba groups included; ``TodaysVllmRules`` does it for sliding windows."""
         L = super().lookup_prefix(request)
         rid = request.request_id
-        if (not self.enable_prefix_cache or rid in self.reqs or rid in self.junction
+        if (not self.enable_prefix_cache or rid in self.reqs or rid in self.junction or not self.mamba_junction
                 or not any(st.policy.state_based for st in self.types)):
             return L
         _, hasher = self.pending[rid]
