@@ -20,7 +20,7 @@ def _load(path: str) -> dict:
         raise ValueError(f"{path}: no such study file")
     study = yaml.safe_load(p.read_text()) or {}
     if not isinstance(study, dict):
-        raise ValueError(f"{path}: a study file is a mapping")
+        raise ValueError(f"{path}: a study file is a mapping")  # noqa: TRY004  (one error type for the CLI)
     kind = study.get("kind")
     if kind not in STUDIES:
         raise ValueError(f"{path}: kind={kind!r}; whatif study kinds: {list(STUDIES)}")

@@ -59,8 +59,8 @@ def _figure(study, rows, out: Path) -> None:
 
 def report(study: dict, rows: list[dict], out: Path) -> str:
     lines = [f"# {study['name']}: {study['description']}", "", source_line(study), "",
-             "| max_model_len | needed B/request | full-length estimate | estimate off by | vLLM 0.32 HMA capacity (tokens) "
-             "| HMA off | Jenga | SGLang pools | HMA-off capacity below HMA |", "|---|---|---|---|---|---|---|---|---|"]
+             ("| max_model_len | needed B/request | full-length estimate | estimate off by | vLLM 0.32 HMA capacity (tokens) "
+             "| HMA off | Jenga | SGLang pools | HMA-off capacity below HMA |"), "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['max_model_len']:,} | {r['needed_bytes_per_request']:,} | {r['full_length_estimate_bytes']:,} | "
                      f"{100 * r['full_length_error_vs_needed']:.1f} % | {r.get('vllm_hma_kv_capacity_tokens', 0):,} | "
@@ -68,15 +68,15 @@ def report(study: dict, rows: list[dict], out: Path) -> str:
                      f"{r.get('sglang_pools_kv_capacity_tokens', 0):,} | "
                      f"{100 * r.get('full_length_error_vs_vllm_hma', 0):.1f} % |")
     last = rows[-1]
-    lines += ["", f"**Reported:** ~{study['reported']['value_percent']:g} % off. **Ours:** the full-length estimate "
+    lines += ["", (f"**Reported:** ~{study['reported']['value_percent']:g} % off. **Ours:** the full-length estimate "
               f"over-charges gpt-oss-20b by {100 * last['full_length_error_vs_needed']:.1f} % at "
               f"{last['max_model_len']:,} tokens (exact bytes: 12 full layers every token, 12 sliding layers "
               "128 tokens), and vLLM 0.32's own reported capacity with the hybrid manager is "
               f"{100 * last['full_length_error_vs_vllm_hma']:.1f} % above the hybrid-manager-off figure (its "
               "sliding groups reserve window + in-flight tokens, cdiv(127 + 8192, 16) + 1 blocks). The error "
-              "approaches 50 % as the context grows: half the layers stop growing at 128 tokens.",
-              "", "**Fix:** estimate sliding layers at min(window + in-flight tokens, context) -- what "
-              "`python -m harness.whatif model=gpt_oss_20b` prints per rule.", "",
-              "Capacities are the engines' arithmetic (no simulation); checked exactly against vLLM 0.32's "
-              "planner and `get_kv_cache_capacity` in tests/test_whatif_vllm.py.", ""]
+              "approaches 50 % as the context grows: half the layers stop growing at 128 tokens."),
+              "", ("**Fix:** estimate sliding layers at min(window + in-flight tokens, context) -- what "
+              "`python -m harness.whatif model=gpt_oss_20b` prints per rule."), "",
+              ("Capacities are the engines' arithmetic (no simulation); checked exactly against vLLM 0.32's "
+              "planner and `get_kv_cache_capacity` in tests/test_whatif_vllm.py."), ""]
     return "\n".join(lines)

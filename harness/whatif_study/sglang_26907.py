@@ -59,8 +59,8 @@ def report(study: dict, rows: list[dict], out: Path) -> str:
             if (r["throughput_req_s"], r["prefix_hit_rate"]) == (best["throughput_req_s"], best["prefix_hit_rate"])]
     default = next((r for r in sg if r["swa_full_tokens_ratio"] == 0.8), None)
     dflt = f"; the default 0.8 gives {default['prefix_hit_rate']} hits" if default else ""
-    lines += ["", f"The user asked a question, no number to reproduce. Ours (SIMULATED): among SGLang ratios the best here "
+    lines += ["", (f"The user asked a question, no number to reproduce. Ours (SIMULATED): among SGLang ratios the best here "
               f"is {', '.join(ties)} ({best['prefix_hit_rate']} hits, {best['throughput_req_s']} req/s){dflt}; "
               "a sliding window of a few hundred to a thousand tokens needs far fewer SWA slots than full ones, so the "
-              "default 0.8 strands most of the SWA pool while the full pool limits the batch.", "", study.get("finding", ""), ""]
+              "default 0.8 strands most of the SWA pool while the full pool limits the batch."), "", study.get("finding", ""), ""]
     return "\n".join(lines)

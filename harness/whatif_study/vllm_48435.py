@@ -74,9 +74,9 @@ def _figure(study, rows, out, pool):
 def report(study: dict, rows: list[dict], out: Path) -> str:
     pool = rows[0]["vllm_reported_pool_tokens"]
     lines = [f"# {study['name']}: {study['description']}", "", source_line(study), "", SIM_NOTE, "",
-             f"Pool: vLLM 0.32 reports {pool:,} KV tokens (engine.kv_cache_bytes={study['kv_cache_bytes']}); "
+             (f"Pool: vLLM 0.32 reports {pool:,} KV tokens (engine.kv_cache_bytes={study['kv_cache_bytes']}); "
              f"{study['sessions']['num_sessions']} sessions, each turn adds {study['sessions']['user_tokens']} user + "
-             f"{study['sessions']['output_len']} reply tokens.", "",
+             f"{study['sessions']['output_len']} reply tokens."), "",
              "| variant | collapse at (context tokens, SIMULATED) | run hit rate | throughput (req/s, SIMULATED) |", "|---|---|---|---|"]
     for v in study["variants"]:
         pts = per_turn(rows, v["label"])
@@ -84,6 +84,6 @@ def report(study: dict, rows: list[dict], out: Path) -> str:
         c = collapse_point(pts)
         lines.append(f"| {v['label']} | {'none' if c is None else f'{c:,}'} | {r0['run_prefix_hit_rate']} | {r0['run_throughput_req_s']} |")
     lo, hi = study["reported"]["collapse_k_tokens"]
-    lines += ["", f"Reported: hits collapse at ~{lo}-{hi}k tokens of context in a 153k-token pool; a retention "
-              "interval fixes it.", "", study.get("finding", ""), ""]
+    lines += ["", (f"Reported: hits collapse at ~{lo}-{hi}k tokens of context in a 153k-token pool; a retention "
+              "interval fixes it."), "", study.get("finding", ""), ""]
     return "\n".join(lines)

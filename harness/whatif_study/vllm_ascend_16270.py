@@ -70,7 +70,7 @@ def report(study: dict, rows: list[dict], out: Path) -> str:
             rs = [r for r in rows if r["model"] == model and r["rule"] == rule]
             lines.append(f"| {model} | {rule} | {rs[0]['block_size_tokens']} | "
                          + " | ".join(f"{r['hit_tokens_steady_state']}" for r in rs) + " |")
-    lines += ["", "Cells: prefix-hit tokens of the last request (steady state: the prefix has been served twice "
-              "before it; SIMULATED).", "",
+    lines += ["", ("Cells: prefix-hit tokens of the last request (steady state: the prefix has been served twice "
+              "before it; SIMULATED)."), "",
               study.get("finding", ""), ""]
     return "\n".join(lines)
