@@ -242,6 +242,8 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
                 per_req += page
             elif s.kind == "sliding":
                 per_req += (math.ceil(min(s.window - 1 + mnbt, mml) / tpp) + 1) * page
+            elif s.kind == "chunked":  # the current chunk plus one step's tokens
+                per_req += math.ceil(min(s.chunk + mnbt, mml) / tpp) * page
             elif s.kind == "vision_embedding":
                 continue
             else:

@@ -1,5 +1,7 @@
-"""``python -m harness.whatif_study experiments/whatif/<name>.yaml [...] [--out DIR]``: run each
-study file, write its summary, figure and report; bad input is one ``error:`` line (exit 2)."""
+"""``python -m harness.whatif_study experiments/whatif/<name>.yaml [...] [--out DIR] [--report-only]``:
+run each study file, write its summary, figure and report; ``--report-only`` rewrites REPORT.md from
+the existing summary.csv (after editing a study's ``finding:``). Bad input is one ``error:`` line
+(exit 2)."""
 
 from __future__ import annotations
 
@@ -40,14 +42,31 @@ def write_csv(rows: list[dict], path: Path) -> None:
         w.writerows(rows)
 
 
+def _num(v: str):
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return {"True": True, "False": False}.get(v, v)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with path.open() as f:
+        return [{k: _num(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out_root = Path("results/whatif")
+    report_only = False
     files = []
     it = iter(argv)
     for tok in it:
         if tok == "--out":
             out_root = Path(next(it, ""))
+        elif tok == "--report-only":
+            report_only = True
         else:
             files.append(tok)
     try:
@@ -61,8 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         mod = importlib.import_module(f"harness.whatif_study.{study['kind']}")
         out = out_root / study["name"]
         t0 = time.perf_counter()
-        rows = mod.run(study, out)
-        write_csv(rows, out / "summary.csv")
+        if report_only:
+            rows = read_csv(out / "summary.csv")
+        else:
+            rows = mod.run(study, out)
+            write_csv(rows, out / "summary.csv")
         text = mod.report(study, rows, out)
         (out / "REPORT.md").write_text(text)
         print(f"{study['name']}: {len(rows)} rows, {time.perf_counter() - t0:.1f} s -> {out}/")
