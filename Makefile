@@ -45,7 +45,7 @@ bench: $(STAMP)
 	@if [ -x $(VLLM_VENV)/bin/python ]; then $(VLLM_VENV)/bin/python -m bench.vllm_blockpool; \
 	else echo "pool/manager comparison with vLLM skipped: vLLM is not installed (make setup-vllm)"; fi
 
-# Issue 11's steps goal: vllm_sched steps-to-drain, the jenga_vllm plugin vs the hybrid manager, on the
+# Steps to drain on vllm_sched, the jenga_vllm plugin vs the hybrid manager, on the
 # crosscheck cells x variants x KV budgets (fractions of each cell's own); tens of minutes on 2 cores.
 # ARGS="--cells gemma3_12b-arxiv_qa --fracs 1 0.25 --out results/crosscheck/steps_to_drain.md".
 bench-steps: $(VLLM_STAMP)
@@ -71,7 +71,7 @@ reproduce-fig13: $(STAMP)
 reproduce-fig14: $(STAMP)
 	$(STUDY) experiments/fig14.yaml $(ARGS)
 
-# Issue 6 studies: the paper's micro-experiments, speculative decoding, the vision-embedding cache,
+# Studies: the paper's micro-experiments, speculative decoding, the vision-embedding cache,
 # Mamba prefix caching vs Marconi. Every kind's cells are cached cells, any launcher: ARGS="--launcher joblib".
 .PHONY: micro specdec vlm-embed mamba-prefix whatif
 
@@ -93,7 +93,7 @@ vlm-embed: $(STAMP)
 mamba-prefix: $(STAMP)
 	$(STUDY) experiments/mamba_prefix.yaml $(ARGS)
 
-# Issue 6 sweeps: SWEEP_LAUNCHER=inline (joblib pool in the driver), joblib (Hydra's joblib
+# Sweeps: SWEEP_LAUNCHER=inline (joblib pool in the driver), joblib (Hydra's joblib
 # launcher, one process per cell) or slurm (submitit; SWEEP_HYDRA="hydra.launcher.partition=...").
 SWEEP_LAUNCHER ?= inline
 SWEEP_JOBS ?= 2
@@ -138,7 +138,7 @@ $(VLLM_STAMP): pyproject.toml
 test-vllm: $(VLLM_STAMP)
 	HF_HUB_OFFLINE=1 $(VLLM_PY) -m pytest -q -m vllm -n 2 --dist loadfile tests
 
-# Issue 11: the jenga_vllm plugin inside the real engine vs stock vLLM with the hybrid manager on and
+# The jenga_vllm plugin inside the real engine vs stock vLLM with the hybrid manager on and
 # off, bit for bit, on random-weight tiny checkpoints; one summary line, non-zero exit on a mismatch.
 plugin-check: $(VLLM_STAMP)
 	HF_HUB_OFFLINE=1 $(VLLM_PY) -m harness.tools.vllm_plugin_check $(ARGS)

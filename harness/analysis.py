@@ -204,7 +204,7 @@ def _paper_columns(out: pd.DataFrame, figure: str) -> pd.DataFrame:
         else:
             ps.append(r.paper_speedup)
     out["paper_speedup"] = ps
-    # Absolute req/s against the paper's (issue 9 §0): a right ratio from absolute times that are
+    # Absolute req/s against the paper's: a right ratio from absolute times that are
     # 3x off is right for the wrong reason.
     out["ours_over_paper_req_s"] = out["throughput_req_s"] / out["paper_throughput"]
     return out

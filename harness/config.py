@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
-from harness import backends as _backends
-from harness.backends import BACKEND_NAMES
-from jenga.registry import ALL_SYSTEM_NAMES, STUDY_SYSTEM_NAMES, SYSTEM_NAMES, check_system_names
+from jenga import registry
+from jenga.registry import check_system_names
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 GROUPS = ("model", "dataset", "gpu", "system", "backend", "mode")
@@ -244,13 +243,11 @@ class CellConf:
     force: bool = False
 
 
-# The cell systems of jenga's registry (the one list): what the fuzz and the figures range over.
-SYSTEMS = SYSTEM_NAMES
-# Every registry system is a ``system=`` value; the study-only variants (registry ``cell=False``)
-# need the sim backend and what they model (:func:`_check_variants`).
-SYSTEM_VALUES = ALL_SYSTEM_NAMES
+# Every registry system is a ``system=`` value (read live, :func:`jenga.registry.all_system_names`);
+# the study-only variants (registry ``cell=False``) need the sim backend and what they model
+# (:func:`_check_variants`). Backend names are the ``harness/conf/backend`` files (one per entry of
+# ``harness.backends.REGISTRY``; tests/test_layering.py checks the two agree): config imports no backend.
 check_system_names(("per_model_split", "marconi"), "harness.config._check_variants")
-BACKENDS = BACKEND_NAMES  # the backends registry (harness.backends.REGISTRY)
 ENGINE_VERSIONS = ("v0", "v1")
 SOURCES = ("twin", "hf")
 
@@ -268,9 +265,10 @@ def options(group: str, conf_dir: Path | None = None) -> list[str]:
     return sorted(p.stem for p in ((conf_dir or CONF_DIR) / group).glob("*.yaml"))
 
 
-def _check_values(cfg: DictConfig, choices: dict[str, str]) -> None:
+def _check_values(cfg: DictConfig, choices: dict[str, str], conf: Path | None = None) -> None:
     """Enumerated values that a dataclass cannot express as types."""
-    checks = [("system", "name", SYSTEM_VALUES), ("backend", "name", tuple(_backends.REGISTRY)), ("dataset", "source", SOURCES),
+    checks = [("system", "name", registry.all_system_names()), ("backend", "name", tuple(options("backend", conf))),
+              ("dataset", "source", SOURCES),
               ("engine", "engine_version", ENGINE_VERSIONS)]
     for group, key, allowed in checks:
         value = cfg[group][key]
@@ -290,6 +288,16 @@ def _missing(cfg: DictConfig, choices: dict[str, str]) -> None:
 
 
 _INITIALIZED_DIR: str | None = None
+
+
+def release_hydra() -> None:
+    """Clear Hydra's global state that :func:`compose_cell` keeps initialised (a Hydra app such as
+    ``harness.run`` initialises its own); the next compose initialises again."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    global _INITIALIZED_DIR
+    GlobalHydra.instance().clear()
+    _INITIALIZED_DIR = None
 
 
 def compose_cell(overrides: list[str] | tuple[str, ...] = (), conf_dir: str | Path | None = None) -> DictConfig:
@@ -326,8 +334,8 @@ def _conf_stamp(conf: Path) -> tuple:
 def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) -> DictConfig:
     """Hydra's composition in its own two steps: the defaults list (the group choices) is composed
     once per distinct choice and kept; the config overrides (``seed=1``, ``dataset.num_requests=4``)
-    are then applied to a copy by Hydra's own override code, as ``compose`` applies them after the
-    defaults list (``ConfigLoaderImpl._load_configuration_impl``). A study's seeds and per-cell
+    are then applied to a copy with the rules ``compose`` applies after the defaults list
+    (:func:`_apply_config_overrides`, through OmegaConf's public API). A study's seeds and per-cell
     values so pay one composition per model x dataset x gpu x system x backend x mode, not one per
     cell; tests/test_config.py checks every experiment cell against a whole ``compose``."""
     from hydra.errors import HydraException
@@ -353,9 +361,7 @@ def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) 
             base, choices = _DEFAULTS_COMPOSED[key]
             cfg = copy.deepcopy(base)
             if values:
-                from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
-                ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+                _apply_config_overrides(values, cfg)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_explain(exc)) from exc
     check_cell(cfg, choices, conf)
@@ -363,6 +369,44 @@ def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) 
 
 
 _DEFAULTS_COMPOSED: dict[tuple, tuple[DictConfig, dict[str, str]]] = {}
+
+
+def _apply_config_overrides(overrides: list, cfg: DictConfig) -> None:
+    """Apply parsed config (non-group) overrides to a composed cell with Hydra's rules (hydra 1.3,
+    ``ConfigLoaderImpl._apply_overrides_to_config``), through public OmegaConf calls only: ``~key``
+    deletes, ``+key`` adds (an existing scalar is an error), ``++key`` adds or sets, ``key`` sets an
+    existing key. tests/test_config.py checks every study cell against one whole ``compose``."""
+    from hydra.errors import ConfigCompositionException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    for o in overrides:
+        key, value = o.key_or_group, o.value()
+        try:
+            if o.is_delete():
+                current = OmegaConf.select(cfg, key, throw_on_missing=False)
+                if current is None:
+                    raise ConfigCompositionException(f"Could not delete from config. '{key}' does not exist.")
+                if value is not None and value != current:
+                    raise ConfigCompositionException(f"Could not delete from config. The value of '{key}' is "
+                                                     f"{current} and not {value}.")
+                parent, _, leaf = key.rpartition(".")
+                with open_dict(cfg):
+                    del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
+            elif o.is_add():
+                if OmegaConf.select(cfg, key, throw_on_missing=False) is None or isinstance(value, (dict, list)):
+                    OmegaConf.update(cfg, key, value, merge=True, force_add=True)
+                else:
+                    raise ConfigCompositionException(f"Could not append to config. An item is already at '{key}'.")
+            elif o.is_force_add():
+                OmegaConf.update(cfg, key, value, merge=True, force_add=True)
+            else:
+                try:
+                    OmegaConf.update(cfg, key, value, merge=True)
+                except (ConfigAttributeError, ConfigKeyError) as ex:
+                    raise ConfigCompositionException(f"Could not override '{key}'.\nTo append to your config use "
+                                                     f"+{o.input_line}") from ex
+        except OmegaConfBaseException as ex:
+            raise ConfigCompositionException(f"Error merging override {o.input_line}") from ex
 
 
 def _split_overrides(overrides: list[str]) -> tuple[list[str], list] | None:
@@ -399,7 +443,7 @@ def _hydra_compose(overrides: list[str], conf: Path) -> tuple[DictConfig, dict[s
         _INITIALIZED_DIR = str(conf)
     cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
     choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items() if k in GROUPS}
-    with _open(cfg):
+    with open_dict(cfg):
         del cfg["hydra"]
     return cfg, choices
 
@@ -411,7 +455,7 @@ def check_cell(cfg: DictConfig, choices: dict[str, str] | None = None, conf_dir:
     choices = choices or {}
     _unknown_keys(cfg)
     _missing(cfg, choices)
-    _check_values(cfg, choices)
+    _check_values(cfg, choices, Path(conf_dir) if conf_dir else None)
     validate(cfg)
     _check_variants(cfg, Path(conf_dir) if conf_dir else CONF_DIR)
 
@@ -441,7 +485,7 @@ def _check_variants(cfg: DictConfig, conf: Path) -> None:
     if not e.encoder_cache and backend != "sim":
         raise ConfigError(f"engine.encoder_cache=false (the vision-encoder re-run baseline) is simulated by "
                           f"backend=sim only, not backend={backend}")
-    if system in STUDY_SYSTEM_NAMES and backend != "sim":
+    if system in registry.REGISTRY and not registry.REGISTRY[system].cell and backend != "sim":
         raise ConfigError(f"system.name={system!r} is a study variant simulated by backend=sim only, "
                           f"not backend={backend}")
     if system == "per_model_split" and draft is None:
@@ -547,8 +591,10 @@ def _unknown_keys(cfg: DictConfig, path: str = "") -> None:
         if key not in names:
             raise ConfigError(f"unknown key {full!r}{_did_you_mean(full)}; the keys of "
                               f"{path or 'a cell'} are the fields of harness/config.py {cls.__name__}: {sorted(names)}")
-        node = cfg._get_node(key)
-        if isinstance(node, DictConfig) and not node._is_none():
+        if OmegaConf.is_missing(cfg, key):
+            continue
+        node = OmegaConf.select(cfg, str(key), throw_on_resolution_failure=False)
+        if isinstance(node, DictConfig):
             _unknown_keys(node, full)
 
 
@@ -574,19 +620,6 @@ def validate(cfg: DictConfig) -> None:
     for a, b in (("input_len_min", "input_len_max"), ("output_len_min", "output_len_max")):
         if d[a] is not None and d[b] is not None and d[a] > d[b]:
             raise ConfigError(f"dataset.{a}={d[a]} is above dataset.{b}={d[b]}")
-
-
-class _open:
-    """Temporarily lift struct mode (to drop the ``hydra`` node from a composed config)."""
-
-    def __init__(self, cfg: DictConfig) -> None:
-        self.cfg = cfg
-
-    def __enter__(self) -> None:
-        OmegaConf.set_struct(self.cfg, False)
-
-    def __exit__(self, *exc: object) -> None:
-        OmegaConf.set_struct(self.cfg, True)
 
 
 def _explain(exc: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""Model zoo: a ``conf/model/*.yaml`` file → :class:`harness.profile.ModelProfile`.
+"""Model zoo: a ``conf/model/*.yaml`` file → :class:`ModelProfile`, everything downstream
+(allocators, step-time model, vLLM config writer) needs to know about one model.
 
 The profile carries the jenga cache specs (one per layer type), weight bytes, parameter counts and
 the facts the step-time model and the vLLM config writer need (rope, vocab, windows, MoE, Mamba).
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.profile import ModelProfile, VisionInfo
+from harness.config import compose_cell
 from jenga.spec import (
     ChunkedLocalSpec,
     CrossAttentionSpec,
@@ -36,6 +37,54 @@ LAYER_KINDS = ("full", "sliding", "chunked", "mamba", "cross", "token_drop", "ml
 # any recurrent-state mixer: Mamba-1 (the ``mamba:`` section), Mamba-2 or gated DeltaNet
 # (``extra.linear_state``, see :func:`linear_state_bytes`).
 CACHELESS_KINDS = frozenset({"mlp"})
+
+
+@dataclass(frozen=True)
+class VisionInfo:
+    """Vision encoder facts for VLMs."""
+
+    tokens_per_tile: int            # e.g. 1601 for Llama-3.2-Vision (40x40 patches + CLS)
+    max_tiles: int                  # e.g. 4
+    encoder_params: int             # parameters of the vision encoder (+ projector)
+    embedding_bytes_per_token: int  # bytes of one vision embedding handed to the LM
+    cross_attention: bool           # True: image tokens live in cross-attention only (mllama)
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Derived, immutable facts about one model (weights, shapes, cache specs).
+
+    ``specs`` are the jenga layer types with stored caches (KV sharing already folded into
+    ``num_layers``; ``num_compute_layers`` counts all layers that read each type).
+    ``layer_kinds`` has one entry per decoder layer: "full", "sliding", "chunked", "mamba",
+    "cross", "token_drop" (for the step-time model and the HF config writer).
+    """
+
+    name: str
+    hf_id: str
+    architecture: str                 # HF architectures[0], e.g. "LlamaForCausalLM"
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_model_len: int
+    weight_dtype_bytes: float         # 2 for bf16, 1 for fp8
+    kv_dtype_bytes: int
+    total_params: int
+    active_params: int                # params touched per token (MoE: shared + top-k experts)
+    layer_kinds: tuple[str, ...]
+    specs: tuple[LayerTypeSpec, ...]
+    vision: VisionInfo | None = None
+    num_experts: int = 0
+    experts_per_token: int = 0
+    extra: dict = field(default_factory=dict)  # model-specific facts (mamba dims, windows, ...)
+
+    @property
+    def weight_bytes(self) -> int:
+        return int(self.total_params * self.weight_dtype_bytes)
 
 
 class ModelConfigError(ValueError):
@@ -391,6 +440,12 @@ def load_profile(model_cfg: Any) -> ModelProfile:
         total_params=int(total), active_params=int(active), layer_kinds=tuple(kinds), specs=tuple(specs),
         vision=vision, num_experts=moe.get("num_experts", 0), experts_per_token=moe.get("experts_per_token", 0),
         extra=extra)
+
+
+def zoo_profile(name: str) -> ModelProfile:
+    """The profile of zoo model ``name`` (``harness/conf/model/<name>.yaml``, composed with the
+    cell schema's defaults as any cell's ``model`` group)."""
+    return load_profile(compose_cell([f"model={name}"]).model)
 
 
 def linear_flops_per_token(profile: ModelProfile) -> float:

@@ -17,6 +17,7 @@ finished record) and is returned as a record with ``status: failed``.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import traceback
@@ -24,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 # Registers the cell schema in Hydra's ConfigStore before the app composes config.yaml.
-import harness.config  # noqa: F401
+from harness import config, models, workloads
 from harness.backends import run_cell_of
 from harness.records import (
     code_fingerprint,
@@ -37,6 +40,7 @@ from harness.records import (
     write_record,
     write_trace,
 )
+from harness.tools.waste import workload_waste
 
 
 def cell_keys(cfg: DictConfig) -> dict[str, Any]:
@@ -53,8 +57,6 @@ def config_dict(cfg: DictConfig) -> dict[str, Any]:
 
 
 def cell_dir(cfg: DictConfig) -> Path:
-    import json
-
     key = json.dumps(config_dict(cfg), sort_keys=True, default=str)
     # The code fingerprint is part of the key: a record made by different allocator/simulator code
     # is not reused (it stays on disk, it is just not current).
@@ -74,11 +76,8 @@ def run_cell(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> di
     conf = config_dict(cfg)
     t0 = time.perf_counter()
     try:
-        from harness.models import load_profile
-        from harness.workloads import build_workload
-
-        profile = load_profile(cfg.model)
-        requests = build_workload(cfg)
+        profile = models.load_profile(cfg.model)
+        requests = workloads.build_workload(cfg)
         result = run_cell_of(cfg.backend.name)(cfg, profile, requests)
     except Exception as exc:  # noqa: BLE001 - any failure becomes a failure record
         err = f"{type(exc).__name__}: {exc}"
@@ -87,19 +86,30 @@ def run_cell(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> di
         write_record(fail_path, rec)
         return rec
     rec = make_record(cell, overrides, result, conf, time.perf_counter() - t0)
+    # What reports need beyond the metrics, written when the cell runs so that no report recomposes
+    # the cell: the trace's path and the workload's statistics (with its analytic uniform-paging waste).
+    rec["trace_file"] = str(out / "trace.csv")
+    rec["workload"] = workload_stats(profile, requests)
     write_trace(out / "trace.csv", result.trace)
     write_record(rec_path, rec)
     fail_path.unlink(missing_ok=True)
     return rec
 
 
+def workload_stats(profile, requests) -> dict[str, Any]:
+    """The cell's workload as served: request count, prompt/output/image-token totals and the
+    analytic waste of uniform paging over its prompts (:func:`harness.tools.waste.workload_waste`)."""
+    return {"num_requests": len(requests), "prompt_tokens": sum(r.prompt_len for r in requests),
+            "output_tokens": sum(r.output_len for r in requests),
+            "image_tokens": sum(r.num_image_tokens for r in requests),
+            "analytic_waste_uniform": workload_waste(profile, requests)}
+
+
 def run_overrides(overrides: list[str]) -> dict[str, Any]:
     """Compose a cell from Hydra overrides and run it; composition errors become failure records
     too (returned, not written: without a valid config there is no cell directory)."""
-    from harness.config import compose_cell
-
     try:
-        cfg = compose_cell(overrides)
+        cfg = config.compose_cell(overrides)
     except Exception as exc:  # noqa: BLE001
         keys = dict(o.split("=", 1) for o in overrides if "=" in o and o.split("=", 1)[0] in
                     ("model", "dataset", "gpu", "system", "backend", "seed"))
@@ -125,18 +135,13 @@ def _print_record(rec: dict[str, Any]) -> None:
 def app(cfg: DictConfig) -> str:
     """The Hydra task: check the composed cell (one error naming the key), run it, print it. In a
     single run a failed cell exits 1; in a multirun (``-m``) it is reported and the sweep goes on."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    from harness.config import GROUPS, ConfigError, check_cell
-
     hc = HydraConfig.get()
-    choices = {k: v for k, v in hc.runtime.choices.items() if k in GROUPS}
+    choices = {k: v for k, v in hc.runtime.choices.items() if k in config.GROUPS}
     overrides = list(hc.overrides.task)
     try:
-        check_cell(cfg, choices)
+        config.check_cell(cfg, choices)
         rec = run_cell(cfg, overrides)
-    except ConfigError as exc:
+    except config.ConfigError as exc:
         rec = {**{k: OmegaConf.select(cfg, f"{k}.name", default=None) for k in ("model", "dataset", "gpu", "system",
                                                                                "backend")},
                "seed": cfg.get("seed"), "status": "failed", "error": f"ConfigError: {exc}"}
@@ -148,17 +153,12 @@ def app(cfg: DictConfig) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness.run [overrides] [-m] [--cfg job] [--help]``; returns the exit status."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from harness import config
-
     saved = sys.argv
     if argv is not None:
         sys.argv = [sys.argv[0] if sys.argv else "harness.run", *argv]
     # compose_cell (the drivers' path) may have initialised Hydra in this process; the app
     # initialises its own, and compose_cell re-initialises after it.
-    GlobalHydra.instance().clear()
-    config._INITIALIZED_DIR = None
+    config.release_hydra()
     try:
         app()
     except SystemExit as exc:

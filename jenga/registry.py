@@ -2,9 +2,10 @@
 ``make_manager`` (docs/CONTRACTS.md §1).
 
 ``harness.config`` (valid ``system=`` values, the study variants' needs), ``harness.backends.cost.model``
-(which systems ran on the artifact's uniform block manager), ``harness.backends.vllm.sched`` (hybrid
-manager on/off, keyed by these names) and ``harness.backends.sim.variants`` (options from the cost
-model, keyed by these names) all derive their lists from :data:`REGISTRY`.
+(which systems ran on the artifact's uniform block manager), the vLLM backends (hybrid manager
+on/off and the plugin: :attr:`SystemInfo.vllm_hybrid`, :attr:`SystemInfo.vllm_plugin`) and
+``harness.backends.sim.variants`` (options from the cost model, keyed by these names) all read
+:data:`REGISTRY`, live. Adding a system: one entry here and a ``harness/conf/system/<name>.yaml``.
 """
 
 from __future__ import annotations
@@ -32,23 +33,28 @@ class SystemInfo:
     table per sequence (vLLM's PagedAttention), as opposed to one per layer type/group.
     ``full_prompt_admission``: the scheduler's default for vLLM 0.32's full-prompt admission gate
     (``scheduler_reserve_full_isl``) -- on for the systems that model today's vLLM, off for the
-    engines the artifact ran; ``engine.full_prompt_admission`` overrides it."""
+    engines the artifact ran; ``engine.full_prompt_admission`` overrides it. ``vllm_hybrid``: what the
+    system is on the vLLM backends (``vllm_sched``, ``vllm``) — True: vLLM's hybrid KV cache manager
+    on, False: off, None: vLLM has no such allocator (sim only). ``vllm_plugin``: on those backends
+    the allocator is the jenga_vllm plugin (jenga/'s LCM pool inside vLLM)."""
 
     factory: Callable[..., MemoryManager]
     cell: bool = True
     uniform_block_table: bool = False
     full_prompt_admission: bool = False
+    vllm_hybrid: bool | None = None
+    vllm_plugin: bool = False
 
 
 REGISTRY: dict[str, SystemInfo] = {
-    "jenga": SystemInfo(JengaManager),
+    "jenga": SystemInfo(JengaManager, vllm_hybrid=True, vllm_plugin=True),
     "jenga_no_request_aware": SystemInfo(partial(JengaManager, request_aware=False)),
-    "vllm": SystemInfo(UniformPaged, uniform_block_table=True),
+    "vllm": SystemInfo(UniformPaged, uniform_block_table=True, vllm_hybrid=False),
     "max_page": SystemInfo(MaxPage),
-    "hybrid_groups": SystemInfo(HybridGroups),
-    "vllm_current": SystemInfo(VllmCurrent, full_prompt_admission=True),
+    "hybrid_groups": SystemInfo(HybridGroups, vllm_hybrid=True),
+    "vllm_current": SystemInfo(VllmCurrent, full_prompt_admission=True, vllm_hybrid=True),
     # Jenga's LCM pool under vLLM 0.32's rules: the simulator arm of the jenga_vllm plugin (crosscheck)
-    "jenga_current": SystemInfo(JengaCurrent, full_prompt_admission=True),
+    "jenga_current": SystemInfo(JengaCurrent, full_prompt_admission=True, vllm_hybrid=True, vllm_plugin=True),
     "static_partition": SystemInfo(StaticPartition),
     "oracle": SystemInfo(Oracle),
     # study-only variants: ``system=`` values on backend=sim with what they model (per_model_split:
@@ -59,8 +65,9 @@ REGISTRY: dict[str, SystemInfo] = {
     "marconi": SystemInfo(MarconiManager, cell=False),
     # issue 22's what-if rules (harness.whatif): today's engines with their knobs, engine version in
     # each class (jenga/baselines/vllm_hma.py)
-    "vllm_hma": SystemInfo(VllmHma, cell=False, full_prompt_admission=True),
-    "vllm_hma_off": SystemInfo(VllmHmaOff, cell=False, uniform_block_table=True, full_prompt_admission=True),
+    "vllm_hma": SystemInfo(VllmHma, cell=False, full_prompt_admission=True, vllm_hybrid=True),
+    "vllm_hma_off": SystemInfo(VllmHmaOff, cell=False, uniform_block_table=True, full_prompt_admission=True,
+                               vllm_hybrid=False),
     "sglang_pools": SystemInfo(SglangPools, cell=False),
 }
 # The cell systems (what the fuzz, the property tests and ``system=`` range over).
@@ -78,6 +85,16 @@ def uniform_block_table_systems() -> frozenset[str]:
 def full_prompt_admission_systems() -> frozenset[str]:
     """Names of the systems whose scheduler admits a request only if its whole prompt fits."""
     return frozenset(name for name, info in REGISTRY.items() if info.full_prompt_admission)
+
+
+def vllm_systems() -> dict[str, bool]:
+    """``{system: hybrid manager on}`` of the systems the vLLM backends can run (read live)."""
+    return {name: info.vllm_hybrid for name, info in REGISTRY.items() if info.vllm_hybrid is not None}
+
+
+def all_system_names() -> tuple[str, ...]:
+    """Every registry name, read live (a system registered after import is valid at once)."""
+    return tuple(REGISTRY)
 
 
 def check_system_names(names, what: str) -> None:

@@ -15,19 +15,10 @@ error. ``VLLM_PLUGINS`` can exclude the plugin entirely.
 
 from __future__ import annotations
 
-import os
+from jenga_vllm.flags import ENV, ENV_BROKEN, broken_layout, enabled
 
-ENV = "JENGA_VLLM"
-ENV_BROKEN = "JENGA_VLLM_BROKEN_LAYOUT"
+__all__ = ["ENV", "ENV_BROKEN", "SUPPORTED", "apply_hooks", "broken_layout", "check_version", "enabled", "register"]
 SUPPORTED = ("0.32", "0.33")
-
-
-def enabled() -> bool:
-    return os.environ.get(ENV, "0") == "1"
-
-
-def broken_layout() -> bool:
-    return os.environ.get(ENV_BROKEN, "0") == "1"
 
 
 def vllm_minor() -> str:

@@ -28,19 +28,17 @@ from __future__ import annotations
 import logging
 import sys
 
-from jenga_vllm import plan
+from jenga_vllm import flags, plan
 
 log = logging.getLogger("jenga_vllm")
 
 
 def _enabled() -> bool:
-    from jenga_vllm import enabled
-    return enabled()
+    return flags.enabled()
 
 
 def _broken() -> bool:
-    from jenga_vllm import broken_layout
-    return broken_layout()
+    return flags.broken_layout()
 
 
 def _log_plan(cfg) -> None:

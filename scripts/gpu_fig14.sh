@@ -49,4 +49,4 @@ if [[ " ${ARGS[*]:-} " != *" --dry-run "* && "${PLUGIN_CHECK:-1}" == "1" ]]; the
   "$PY" -m harness.tools.vllm_plugin_check --json results/fig14_vllm/plugin_check.json || \
     echo "gpu_fig14.sh: plugin-check reported a mismatch (results/fig14_vllm/plugin_check.json); continuing" >&2
 fi
-exec "$PY" -m harness.backends.vllm.fig14 --gpu "$GPU" "${ARGS[@]}"
+exec "$PY" -m harness.study.gpu_fig14 --gpu "$GPU" "${ARGS[@]}"

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from harness.profile import ModelProfile
+from harness.models import ModelProfile
 from harness.workloads.request import Request
 from jenga.interface import MemoryManager, MemoryUsage
 from jenga.spec import FullAttentionSpec
@@ -140,3 +140,12 @@ def make_requests(specs: list[tuple[int, int]], shared_prefix: int = 0, seed: in
         ids = np.concatenate([common[:p], own]).astype(np.int32)
         out.append(Request(f"r{i}", arrivals[i] if arrivals else 0.0, ids, o))
     return out
+
+
+def fake_record(model: str, system: str, tp: float, seed: int = 0) -> dict:
+    """A finished sim record with every metric a summary reads (analysis and report tests)."""
+    return {"model": model, "dataset": "d", "gpu": "h100", "system": system, "backend": "sim", "seed": seed,
+            "status": "ok", "throughput_req_s": tp, "waste_fraction": 0.1,
+            "waste_breakdown": {"unneeded": 0.1, "fragmentation": 0.0}, "prefix_hit_rate": 0.0,
+            "mean_decode_batch": 4.0, "preemptions": 0, "kv_capacity_bytes": 2**30, "ttft_mean": 1.0,
+            "tpot_mean": 0.1, "makespan_s": 10.0, "simulated": True}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from sim_fakes import fake_record
 
 from harness import analysis
 
@@ -37,12 +38,7 @@ def test_paper_table_values():
     assert analysis.paper_model("unknown_model") is None
 
 
-def _rec(model, system, tp, seed=0):
-    return {"model": model, "dataset": "d", "gpu": "h100", "system": system, "backend": "sim", "seed": seed,
-            "status": "ok", "throughput_req_s": tp, "waste_fraction": 0.1,
-            "waste_breakdown": {"unneeded": 0.1, "fragmentation": 0.0}, "prefix_hit_rate": 0.0,
-            "mean_decode_batch": 4.0, "preemptions": 0, "kv_capacity_bytes": 2**30, "ttft_mean": 1.0,
-            "tpot_mean": 0.1, "makespan_s": 10.0, "simulated": True}
+_rec = fake_record
 
 
 def test_summarize_speedups_baselines_and_paper():

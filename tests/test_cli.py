@@ -1,4 +1,4 @@
-"""Issue 12, "Commands that fit Hydra and a person's habits": ``harness.run`` is a Hydra app;
+"""The commands: ``harness.run`` is a Hydra app;
 experiments are checked whole before anything runs (one error, nothing written); out-of-range
 values are refused naming the key; untrusted records are recomputed; progress bars; smoke outputs
 git-ignored; ctrl-C stops a sweep."""
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, experiment, run
+from harness import run
 from harness.config import ConfigError, compose_cell
 from harness.records import finished_record
-from harness.study import driver
+from harness.study import cli
+from harness.study import run as study_run
 
 REPO = Path(__file__).resolve().parent.parent
 EXP = REPO / "experiments"
@@ -107,17 +108,17 @@ def _errors(capsys) -> list[str]:
 def test_a_typo_is_one_error_and_writes_nothing(tmp_path, capsys):
     f, out = _exp(tmp_path, TINY_EXP), tmp_path / "out"
     base = [str(f), f"out_dir={tmp_path / 'runs'}", "--out", str(out), "--jobs", "1", "--no-progress"]
-    assert experiment.main([*base, "mode=fast"]) == 2
+    assert cli.main([*base, "mode=fast"]) == 2
     assert len(_errors(capsys)) == 1
-    assert experiment.main([*base, "dataset.num_request=3"]) == 2     # a misspelled key: 4 cells, one line
+    assert cli.main([*base, "dataset.num_request=3"]) == 2     # a misspelled key: 4 cells, one line
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and err.count("[4 cell(s)") == 1 and "4 of 4 cells" in err
     assert "did you mean 'dataset.num_requests'?" in err and "+dataset" not in err   # no advice to add it
     assert len(err.strip().splitlines()) == 2, err                   # the headline and one reason line
-    assert experiment.main([*base, "+dataset.num_request=3"]) == 2    # added with +: still a typo
+    assert cli.main([*base, "+dataset.num_request=3"]) == 2    # added with +: still a typo
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "unknown key 'dataset.num_request'" in err
-    assert experiment.main([*base, "dataset.num_requests=0"]) == 2
+    assert cli.main([*base, "dataset.num_requests=0"]) == 2
     assert "dataset.num_requests=0 is out of range" in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "runs").exists()
 
@@ -133,25 +134,18 @@ def test_a_typo_is_one_error_and_writes_nothing(tmp_path, capsys):
     ("name: x\ncells: []\n", [], "non-empty list"),
 ])
 def test_bad_experiment_files_and_arguments(tmp_path, capsys, body, argv, needle):
-    assert experiment.main([str(_exp(tmp_path, body)), *argv, "--no-progress"]) == 2
+    assert cli.main([str(_exp(tmp_path, body)), *argv, "--no-progress"]) == 2
     errs = _errors(capsys)
     assert len(errs) == 1 and needle in errs[0]
 
 
 def test_missing_file_wrong_kind_and_jobs_zero(tmp_path, capsys):
-    assert experiment.main([str(tmp_path / "nope.yaml")]) == 2
+    assert cli.main([str(tmp_path / "nope.yaml")]) == 2
     assert "not found" in _errors(capsys)[0]
-    # One entry point: a kind's own planner refuses another kind's file, naming the entry point.
-    with pytest.raises(cli.UsageError, match="python -m harness.study"):
-        experiment.plan(EXP / "window_sweep.yaml", [])
-    from harness.studies import micro
-
-    with pytest.raises(cli.UsageError, match="kind window"):
-        micro.main([str(EXP / "window_sweep.yaml")])
-    assert driver.main([str(_exp(tmp_path, "name: x\nkind: nope\ncells: [{model: m}]\n"))]) == 2
+    assert cli.main([str(_exp(tmp_path, "name: x\nkind: nope\ncells: [{model: m}]\n"))]) == 2
     assert "kind='nope' is not a study kind" in _errors(capsys)[0]
     with pytest.raises(SystemExit) as e:
-        experiment.main([str(EXP / "fig13.yaml"), "--jobs", "0"])
+        cli.main([str(EXP / "fig13.yaml"), "--jobs", "0"])
     assert e.value.code == 2
     assert "not a positive number" in capsys.readouterr().err
 
@@ -159,30 +153,28 @@ def test_missing_file_wrong_kind_and_jobs_zero(tmp_path, capsys):
 def test_overrides_after_a_flag_and_dry_run_lists_cached_cells(tmp_path, capsys):
     f = _exp(tmp_path, TINY_EXP)
     common = [f"out_dir={tmp_path / 'runs'}", "--out", str(tmp_path / "out"), "--no-progress", "--jobs", "1"]
-    assert experiment.main([str(f), "--dry-run", "mode=smoke", *common]) == 0
+    assert cli.main([str(f), "--dry-run", "mode=smoke", *common]) == 0
     text = capsys.readouterr().out
     assert "4 cells: 0 cached, 4 to run" in text and not (tmp_path / "runs").exists()
-    assert experiment.main([str(f), "--force", "mode=smoke", "seeds=0", *common]) == 0   # flag, then overrides
+    assert cli.main([str(f), "--force", "mode=smoke", "seeds=0", *common]) == 0   # flag, then overrides
     capsys.readouterr()
-    assert experiment.main([str(f), "--dry-run", "mode=smoke", *common]) == 0
+    assert cli.main([str(f), "--dry-run", "mode=smoke", *common]) == 0
     assert "4 cells: 2 cached, 2 to run" in capsys.readouterr().out
 
 
 def test_study_driver_progress_and_dry_run(tmp_path, capsys):
-    rows = cli.run_tasks(lambda x: {"x": x}, [(1,), (2,), (3,)], 1, "demo", True)
+    rows = study_run.run_tasks(lambda x: {"x": x}, [(1,), (2,), (3,)], 1, "demo", True)
     assert rows == [{"x": 1}, {"x": 2}, {"x": 3}]
     err = capsys.readouterr().err
     assert "demo" in err and "3/3" in err
-    from harness.study import driver
-
-    assert driver.main([str(EXP / "specdec.yaml"), "--dry-run", "mode=smoke", "--out", str(tmp_path),
+    assert cli.main([str(EXP / "specdec.yaml"), "--dry-run", "mode=smoke", "--out", str(tmp_path),
                         f"out_dir={tmp_path / 'runs'}"]) == 0
     assert "(dry run: nothing ran)" in capsys.readouterr().out and not any(tmp_path.iterdir())
 
 
 def test_smoke_outputs_are_git_ignored():
-    out = cli.default_out("fig13", "smoke")
-    assert out != cli.default_out("fig13", "full")
+    out = study_run.default_out("fig13", "smoke")
+    assert out != study_run.default_out("fig13", "full")
     target = (out / "summary_smoke.csv").relative_to(REPO)
     r = subprocess.run(["git", "check-ignore", "-q", str(target)], cwd=REPO, check=False)
     assert r.returncode == 0
@@ -192,9 +184,9 @@ def test_smoke_outputs_are_git_ignored():
 def test_ctrl_c_stops_a_running_sweep(tmp_path):
     """SIGINT to the process group (what a terminal's ctrl-C sends) ends the pool at once: exit
     130, one line, no traceback, no worker left."""
-    code = ("import pathlib, time; from harness import cli\n"
+    code = ("import pathlib, time; from harness.study import cli, run\n"
             "def nap(i):\n    pathlib.Path(f'up{i}').touch(); time.sleep(30)\n"
-            "raise SystemExit(cli.guard(lambda: len(cli.run_tasks(nap, [(i,) for i in range(6)], 2, 'x', False))))")
+            "raise SystemExit(cli.guard(lambda: len(run.run_tasks(nap, [(i,) for i in range(6)], 2, 'x', False))))")
     # stderr to a file, not a pipe: a helper process of loky's (its resource tracker) inherits the
     # pipe and may hold it open after the driver has exited, so communicate() would wait on it.
     log = tmp_path / "stderr.txt"
@@ -262,7 +254,7 @@ def test_untrusted_records_are_recomputed(tmp_path, damage):
 
 def test_a_runtime_failure_shared_by_every_cell_is_printed_once(tmp_path, capsys):
     f = _exp(tmp_path, TINY_EXP)
-    rc = experiment.main([str(f), "mode=smoke", "engine.num_speculative_tokens=3", f"out_dir={tmp_path / 'runs'}",
+    rc = cli.main([str(f), "mode=smoke", "engine.num_speculative_tokens=3", f"out_dir={tmp_path / 'runs'}",
                           "--out", str(tmp_path / "out"), "--jobs", "1", "--no-progress"])
     assert rc == 1                                          # nothing ran: an error exit
     err = capsys.readouterr().err
@@ -273,7 +265,7 @@ def test_a_runtime_failure_shared_by_every_cell_is_printed_once(tmp_path, capsys
     assert len(s) == 2 and list(s.failed) == [2, 2]        # one row per cell, failures aggregated
 
 
-# -- the one study entry point (issue 10 item 1) ---------------------------------------------------
+# -- the one study entry point ---------------------------------------------------
 MAKE_TARGETS = {"reproduce-fig13": "fig13", "reproduce-fig14": "fig14", "sweep-window": "window_sweep",
                 "sweep-mix": "mix_sweep", "ablation": "ablation", "lcm-churn": "lcm_churn", "micro": "micro",
                 "specdec": "specdec", "vlm-embed": "vlm_embed", "mamba-prefix": "mamba_prefix"}
@@ -285,7 +277,7 @@ def test_every_study_file_names_a_registered_kind_and_every_make_target_calls_ha
     files = sorted(EXP.glob("*.yaml"))
     assert {f.stem for f in files} == set(MAKE_TARGETS.values())
     for f in files:
-        study = cli.load_study_file(f, None)
+        study = cli.load_study_file(f)
         assert study.get("kind") in kinds.KINDS, f.name
     make = (REPO / "Makefile").read_text().splitlines()
     for target, name in MAKE_TARGETS.items():
@@ -297,9 +289,9 @@ def test_every_study_file_names_a_registered_kind_and_every_make_target_calls_ha
 @pytest.mark.slow
 def test_study_entry_point_dry_runs_every_kind_family(capsys):
     """One entry point plans a figure, a sweep and an issue-6 study; --dry-run runs nothing."""
-    assert driver.main([str(EXP / "fig13.yaml"), "mode=smoke", "seeds=0", "--dry-run"]) == 0
+    assert cli.main([str(EXP / "fig13.yaml"), "mode=smoke", "seeds=0", "--dry-run"]) == 0
     assert "14 cells:" in capsys.readouterr().out
-    assert driver.main([str(EXP / "lcm_churn.yaml"), "mode=smoke", "--dry-run"]) == 0
+    assert cli.main([str(EXP / "lcm_churn.yaml"), "mode=smoke", "--dry-run"]) == 0
     assert "(dry run: nothing ran)" in capsys.readouterr().out
-    assert driver.main([str(EXP / "specdec.yaml"), "mode=smoke", "seeds=0", "--dry-run"]) == 0
+    assert cli.main([str(EXP / "specdec.yaml"), "mode=smoke", "seeds=0", "--dry-run"]) == 0
     assert "3 cells:" in capsys.readouterr().out            # a study of variant cells: cached cells too

@@ -248,12 +248,12 @@ def test_every_study_cell_composes_as_one_hydra_compose():
     from omegaconf import OmegaConf
 
     from harness.config import _compose_cell
-    from harness.study import kinds
+    from harness.study.plan import plan
 
     seen = set()
     for f in sorted((REPO / "experiments").glob("*.yaml")):
         study = yaml.safe_load(f.read_text())
-        for ov in kinds.plan_cells(str(f), study, ["mode=smoke", "seeds=0"])[2]:
+        for ov in [r.overrides for r in plan(study, ["mode=smoke", "seeds=0"]).runs]:
             if tuple(ov) not in seen:
                 seen.add(tuple(ov))
                 assert OmegaConf.to_yaml(_compose_cell(list(ov), CONF_DIR)) == _whole(list(ov)), (f.name, ov)

@@ -1,4 +1,4 @@
-"""Experiment driver end to end (smoke mode, in-process, fake allocator and workload): plan
+"""The figure kind end to end (smoke mode, in-process, fake allocator and workload): plan
 expansion, failing cells do not stop the sweep, reuse, summary.csv, the means and the figure."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from sim_fakes import FakePagedManager, make_requests
 
 import harness.workloads
 import jenga
-from harness import experiment
+from harness.study import cli, plan
+from harness.study.kinds import figure
+from harness.study.plan import Plan
 
 EXP = """
 name: fig14
@@ -42,13 +44,13 @@ def fakes(monkeypatch):
 def test_plan_expansion(tmp_path):
     f = tmp_path / "fig14.yaml"
     f.write_text(EXP)
-    p = experiment.plan(f, ["mode=smoke"])
+    p = plan.plan(f, ["mode=smoke"])
     assert len(p.runs) == 6 and p.skipped == ["ministral_8b (not run on h100)"]
     assert p.baselines["llama3_1_8b"] == "static_partition"
     gemma = next(r for r in p.runs if r.model == "gemma3_12b").overrides
     assert "engine.engine_version=v1" in gemma and "mode=smoke" in gemma and gemma[0] == "gpu=h100"
     assert "engine.enforce_eager=true" in p.runs[0].overrides
-    l4 = experiment.plan(f, ["gpu=l4"])
+    l4 = plan.plan(f, ["gpu=l4"])
     assert [r.model for r in l4.runs][-1] == "ministral_8b" and l4.runs[0].overrides[0] == "gpu=l4"
 
 
@@ -56,12 +58,12 @@ def test_per_system_overrides_only_that_system(tmp_path):
     f = tmp_path / "e.yaml"
     f.write_text(EXP.replace("baseline: static_partition}",
                              "baseline: static_partition, per_system: {jenga: {engine.enable_prefix_caching: true}}}"))
-    runs = [r for r in experiment.plan(f, []).runs if r.model == "llama3_1_8b"]
+    runs = [r for r in plan.plan(f, []).runs if r.model == "llama3_1_8b"]
     on = {r.system: "engine.enable_prefix_caching=true" in r.overrides for r in runs}
     assert on == {"static_partition": False, "jenga": True}
     f.write_text(EXP.replace("baseline: static_partition}", "baseline: static_partition, per_system: {vllm: {seed: 1}}}"))
-    with pytest.raises(experiment.cli.UsageError, match="per_system names systems the cell does not run: \\['vllm'\\]"):
-        experiment.plan(f, [])
+    with pytest.raises(plan.StudyFileError, match="per_system names systems the cell does not run: \\['vllm'\\]"):
+        plan.plan(f, [])
 
 
 @pytest.mark.slow
@@ -70,7 +72,7 @@ def test_smoke_end_to_end(tmp_path, fakes, capsys):
     f.write_text(EXP)
     out = tmp_path / "res"
     args = [str(f), "mode=smoke", f"out_dir={tmp_path / 'runs'}", "--jobs", "1", "--out", str(out), "--no-progress"]
-    rc = experiment.main(args)
+    rc = cli.main(args)
     assert rc == 0                                   # one cell failed, the sweep went on
 
     text = capsys.readouterr().out
@@ -87,7 +89,7 @@ def test_smoke_end_to_end(tmp_path, fakes, capsys):
     assert (s[s.system == s.baseline].speedup == 1.0).all()
     assert s[(s.model == "gemma3_12b") & (s.system == "jenga")].status.iloc[0] == "failed"
     assert (out / "fig14_smoke.png").stat().st_size > 10_000 and (out / "fig14_smoke.pdf").exists()
-    experiment.main(args)
+    cli.main(args)
     assert "0 run, 5 reused" in capsys.readouterr().out
 
 
@@ -95,7 +97,7 @@ def test_smoke_end_to_end(tmp_path, fakes, capsys):
 def test_real_fig13_smoke_end_to_end(tmp_path, capsys):
     """The shipped experiment file in smoke mode with the real allocator, models and workloads."""
     out = tmp_path / "fig13"
-    rc = experiment.main(["experiments/fig13.yaml", "mode=smoke", "seeds=0", f"out_dir={tmp_path / 'runs'}", "--jobs", "1",
+    rc = cli.main(["experiments/fig13.yaml", "mode=smoke", "seeds=0", f"out_dir={tmp_path / 'runs'}", "--jobs", "1",
                           "--out", str(out), "--no-progress"])
     text = capsys.readouterr().out
     s = pd.read_csv(out / "summary_smoke.csv")
@@ -111,19 +113,17 @@ def test_real_fig13_smoke_end_to_end(tmp_path, capsys):
 def test_smoke_table_prints_no_paper_columns(tmp_path, monkeypatch, capsys, mode):
     """Smoke says "no comparison printed or drawn": its table carries no paper_* column. The full
     run is the negative control (the same summary prints the paper's bar)."""
-    from types import SimpleNamespace
-
     summary = pd.DataFrame({"model": ["gemma2_27b"] * 2, "tp": [1, 1], "system": ["vllm", "jenga"],
                             "baseline": ["vllm"] * 2, "seeds": [1, 1], "failed": [0, 0],
                             "throughput_req_s": [1.0, 1.3], "speedup": [1.0, 1.3], "speedup_ci_lo": [1.0, 1.2],
                             "speedup_ci_hi": [1.0, 1.4], "paper_speedup": [1.0, 1.26], "paper_verified": ["yes"] * 2,
                             "status": ["ok"] * 2})
     drawn = {}
-    monkeypatch.setattr(experiment.analysis, "summarize", lambda records, figure, baselines: summary.copy())
-    monkeypatch.setattr(experiment.plots, "speedup_bars", lambda s, path, title, show_paper, notes: drawn.update(
+    monkeypatch.setattr(figure.analysis, "summarize", lambda records, figure, baselines: summary.copy())
+    monkeypatch.setattr(figure.plots, "speedup_bars", lambda s, path, title, show_paper, notes: drawn.update(
         show_paper=show_paper))
-    p = SimpleNamespace(name="fig14", runs=[], mode=mode, gpu="h100", backend="sim", baselines={}, skipped=[])
-    experiment.report(p, [], tmp_path, "h100")
+    p = Plan("fig14", "figure", mode, "h100", "sim", [], {"gpu": "h100"})
+    figure.report(p, [], tmp_path)
     text = capsys.readouterr().out
     table = text.split("\n\n")[0]
     assert table.splitlines()[0].split()[:3] == ["model", "tp", "system"]

@@ -74,8 +74,8 @@ def test_smoke_figures_draw_no_paper_bars():
 
 def test_window_sweep_figure_separates_window_and_length(tmp_path):
     """4096/512 and 32768/4096 share a length/window ratio but are different points."""
-    from harness.sweeps import window
-    from harness.sweeps.plan import SweepPlan
+    from harness.study.kinds import window
+    from harness.study.plan import Plan
 
     rows = []
     for w in (512, 4096, 32768):
@@ -85,7 +85,7 @@ def test_window_sweep_figure_separates_window_and_length(tmp_path):
                              "speedup": sp, "speedup_ci_lo": sp - 0.01, "speedup_ci_hi": sp + 0.01,
                              "waste_fraction": 0.1})
     s = pd.DataFrame(rows)
-    p = SweepPlan("window_sweep", "window", "smoke", "h100", ["window", "length"], {"gpu": "h100"})
+    p = Plan("window_sweep", "window", "smoke", "h100", "sim", ["window", "length"], {"gpu": "h100"})
     fig = window.draw(s, p)
     speed = fig.axes[0]
     assert speed.get_xlabel() == "" and fig.axes[1].get_xlabel() == "request length (tokens)"
@@ -128,7 +128,7 @@ def test_saving_the_same_figure_twice_gives_identical_bytes(tmp_path, monkeypatc
 
 def test_study_report_figure_is_written_as_png_and_pdf(tmp_path):
     """specdec, vlm_embed and mamba_prefix save through report.finish."""
-    from harness.studies import report as rp
+    from harness.study import report as rp
 
     fig = _tiny_figure()
     path = rp.finish(fig, fig.axes[0], "t", tmp_path / "study.png")
@@ -156,7 +156,7 @@ def test_study_figure_redrawn_from_its_committed_summary(tmp_path, name):
 
     import yaml
 
-    mod = importlib.import_module(f"harness.studies.{name}")
+    mod = importlib.import_module(f"harness.study.kinds.{name}")
     df = pd.read_csv(ROOT / "results" / name / "summary.csv")
     path = tmp_path / f"{name}.png"
     if name == "micro":

@@ -177,7 +177,7 @@ def test_tiny_llama4_is_dense_and_moe_interleaved():
 
 
 def test_gpu_fig14_hands_llama4_to_vllm_where_8_gpus_are_visible():
-    from harness.backends.vllm.fig14 import build
+    from harness.study.gpu_fig14 import build
     exp, skipped = build("h100", 8)
     cells = {c["model"]: c for c in exp["cells"]}
     assert cells["llama4_scout"]["systems"] == ["vllm", "hybrid_groups", "jenga"]
@@ -188,9 +188,9 @@ def test_gpu_fig14_hands_llama4_to_vllm_where_8_gpus_are_visible():
 
 
 def _fig14_stub(monkeypatch, tmp_path):
-    """harness.backends.vllm.fig14 with its output folder under tmp_path and a one-cell build (the
+    """harness.study.gpu_fig14 with its output folder under tmp_path and a one-cell build (the
     real build composes every model, ~1.5 s; test_gpu_fig14_dry_run_script runs it)."""
-    from harness.backends.vllm import fig14
+    from harness.study import gpu_fig14 as fig14
 
     out = tmp_path / "repo" / "results" / "fig14_vllm"
     monkeypatch.setattr(fig14, "OUT", out)
@@ -203,7 +203,7 @@ def test_gpu_fig14_dry_run_writes_nothing_under_the_repo(monkeypatch, tmp_path, 
     """`bash scripts/gpu_fig14.sh --dry-run` used to leave results/fig14_vllm/experiment.yaml
     (neither tracked nor ignored: a dirty `git status`); now the file goes to a temporary dir."""
     fig14, out = _fig14_stub(monkeypatch, tmp_path)
-    monkeypatch.setattr("harness.study.driver.main", lambda argv: pytest.fail("a dry run ran the study"))
+    monkeypatch.setattr("harness.study.cli.main", lambda argv: pytest.fail("a dry run ran the study"))
     assert fig14.main(["--dry-run", "--num-gpus", "1"]) == 0
     assert not out.exists() and not (tmp_path / "repo").exists()
     written = capsys.readouterr().out.split("wrote ", 1)[1].split(":", 1)[0]
@@ -214,7 +214,7 @@ def test_gpu_fig14_real_run_still_writes_results_fig14_vllm(monkeypatch, tmp_pat
     """Negative control: without --dry-run the experiment file and the study go to results/fig14_vllm/."""
     fig14, out = _fig14_stub(monkeypatch, tmp_path)
     calls = []
-    monkeypatch.setattr("harness.study.driver.main", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr("harness.study.cli.main", lambda argv: calls.append(argv) or 0)
     assert fig14.main(["--num-gpus", "1", "mode=smoke"]) == 0
     assert (out / "experiment.yaml").exists()
     assert calls == [[str(out / "experiment.yaml"), "gpu=h100", "backend=vllm", "mode=smoke", "--jobs", "1",

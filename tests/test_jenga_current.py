@@ -139,7 +139,9 @@ def test_a_freed_copy_stays_cached_behind_the_owner(system):
 def test_crosscheck_arms_are_like_for_like():
     """Every crosscheck arm pairs a simulator system with the vllm_sched system running the same
     allocator: jenga_current with the jenga_vllm plugin, never the artifact's Jenga."""
-    from harness.backends.vllm.sched import SYSTEM_HYBRID
+    from jenga.registry import vllm_systems
+
+    SYSTEM_HYBRID = vllm_systems()
     from harness.tools.crosscheck import ARMS
     assert {sim for sim, _, _ in ARMS} <= set(jenga.SYSTEM_NAMES)
     assert {sched for _, sched, _ in ARMS} <= set(SYSTEM_HYBRID)

@@ -17,8 +17,8 @@ from harness import analysis
 from harness.backends.cost.model import CostModel
 from harness.backends.sim.startup import fit_report
 from harness.config import compose_cell
-from harness.experiment import plan
 from harness.models import load_profile
+from harness.study.plan import plan
 from harness.workloads import build_workload
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,13 +12,12 @@ import pandas as pd
 import pytest
 
 import jenga
-from harness import cli
 from harness.backends.sim.engine import simulate
 from harness.backends.sim.scheduler import SchedulerConfig
 from harness.config import compose_cell
-from harness.studies import micro
-from harness.study import driver, kinds
-from harness.sweeps.plan import plan
+from harness.study import cli
+from harness.study.kinds import micro
+from harness.study.plan import label_of, plan
 from harness.workloads import build_workload
 from harness.workloads.request import Request
 from jenga.spec import FullAttentionSpec
@@ -68,16 +67,11 @@ def test_a_bad_key_in_the_study_file_is_one_error_before_anything_runs(tmp_path,
     assert text.count(old) == 1, old
     f = tmp_path / "micro.yaml"
     f.write_text(text.replace(old, new))
-    rc = driver.main([str(f), "mode=smoke", f"out_dir={tmp_path / 'runs'}", "--out", str(tmp_path / "out"),
+    rc = cli.main([str(f), "mode=smoke", f"out_dir={tmp_path / 'runs'}", "--out", str(tmp_path / "out"),
                       "--jobs", "1", "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("error:") == 1 and needle in err and "Traceback" not in err, err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
-
-
-def test_another_kinds_file_is_refused_by_the_micro_module():
-    with pytest.raises(cli.UsageError, match="kind window"):
-        micro.main([str(ROOT / "experiments" / "window_sweep.yaml")])
 
 
 def test_dry_run_shows_each_cells_cache_status_and_runs_nothing(tmp_path, capsys):
@@ -87,15 +81,16 @@ def test_dry_run_shows_each_cells_cache_status_and_runs_nothing(tmp_path, capsys
     f.write_text(text[:text.index("  # hybrid_groups")] + text[text.index("# mode=smoke (tests)"):])
     args = [str(f), "mode=smoke", "seeds=0", f"out_dir={tmp_path / 'runs'}", "--out", str(tmp_path / "out")]
     n = 2 + 2                                   # one seed: frag_trace, decode_batch
-    assert driver.main([*args, "--dry-run"]) == 0
+    assert cli.main([*args, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert f"{n} cells: 0 cached, {n} to run (dry run: nothing ran)" in out and "to run           frag_trace/vllm/seed0" in out
     assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
     from harness.study.run import run_one
 
-    _, labels, overrides = kinds.plan_cells(str(f), cli.load_study_file(f, None), args[1:4])
+    runs = plan(cli.load_study_file(f), args[1:4]).runs
+    labels, overrides = [label_of(r) for r in runs], [r.overrides for r in runs]
     assert run_one(overrides[0])["status"] == "ok"                          # one cell run outside the study
-    assert driver.main([*args, "--dry-run"]) == 0
+    assert cli.main([*args, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert f"{n} cells: 1 cached, {n - 1} to run" in out and f"cached           {labels[0]}" in out
     assert not (tmp_path / "out").exists()

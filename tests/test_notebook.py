@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.studies import mamba_prefix, micro, specdec, vlm_embed
+from harness.study import cli
+from harness.study.kinds import mamba_prefix, micro, specdec, vlm_embed
 
 ROOT = Path(__file__).resolve().parents[1]
 # Runs four whole studies (~35 s on 2 cores): `make test-slow`, not `make test`.
@@ -24,10 +25,8 @@ STUDIES = {"micro": micro, "specdec": specdec, "vlm_embed": vlm_embed, "mamba_pr
 @pytest.fixture(scope="module")
 def smoke_results(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("nb")
-    from harness.study import driver
-
     for name in STUDIES:
-        rc = driver.main([str(ROOT / "experiments" / f"{name}.yaml"), "mode=smoke", "seeds=0", "--jobs", "1",
+        rc = cli.main([str(ROOT / "experiments" / f"{name}.yaml"), "mode=smoke", "seeds=0", "--jobs", "1",
                           "--out", str(tmp / "results" / name), f"out_dir={tmp / 'runs'}", "--no-progress"])
         assert rc == 0, name
     return tmp

@@ -83,7 +83,7 @@ def test_spec_decode_without_a_draft_is_refused_not_ignored(tmp_path):
 
 
 def test_studies_plan_their_variants_as_cells():
-    from harness.sweeps.plan import plan
+    from harness.study.plan import plan
 
     p = plan(EXP / "vlm_embed.yaml", ["mode=smoke"])
     assert len(p.runs) == 18 and {r.params["request_rate"] for r in p.runs} == {float("inf"), 2.0}

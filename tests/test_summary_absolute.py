@@ -5,16 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from sim_fakes import fake_record
 
 from harness import analysis
 
-
-def _rec(model, system, tp):
-    return {"model": model, "dataset": "d", "gpu": "h100", "system": system, "backend": "sim", "seed": 0,
-            "status": "ok", "throughput_req_s": tp, "waste_fraction": 0.1,
-            "waste_breakdown": {"unneeded": 0.1, "fragmentation": 0.0}, "prefix_hit_rate": 0.0,
-            "mean_decode_batch": 4.0, "preemptions": 0, "kv_capacity_bytes": 2**30, "ttft_mean": 1.0,
-            "tpot_mean": 0.1, "makespan_s": 10.0, "simulated": True}
+_rec = fake_record
 
 
 def test_ours_over_paper_absolute_req_s():

@@ -4,6 +4,7 @@ Hydra launchers (slurm config composes, joblib runs cells)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -16,10 +17,10 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from harness.study import driver
+from harness.study import cli, stats
 from harness.study import run as study_run
-from harness.sweeps import ablation, lcm, mix, stats
-from harness.sweeps.plan import load_study, plan
+from harness.study.kinds import ablation, lcm
+from harness.study.plan import Plan, load_study, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 EXP = ROOT / "experiments"
@@ -58,9 +59,9 @@ def test_cli_seeds_gpu_and_smoke_section(tmp_path):
 def test_bad_study_files_name_the_key(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text("name: x\nkind: nope\ncells: [{model: llama3_1_8b}]\n")
-    from harness.sweeps.plan import KINDS
+    from harness.study.kinds import KINDS
 
-    with pytest.raises(ValueError, match=r"kind='nope'.*allowed: " + re.escape(str(list(KINDS)))):
+    with pytest.raises(ValueError, match=r"kind='nope'.*valid kinds: " + re.escape(str(sorted(KINDS)))):
         load_study(f)
     f.write_text("name: x\nkind: window\naxes: {w: {key: model.sliding_window, values: [1]}}\n"
                  "cells: [{model: gemma3_12b, only: {length: [1]}}]\n")
@@ -101,8 +102,6 @@ def test_ablation_attribution_on_the_log_scale():
 def test_ablation_smoke_table_prints_no_paper_column(tmp_path, monkeypatch, capsys, mode):
     """Smoke cells are tiny, not comparable with the paper: the printed table has no paper_speedup
     column. The full run is the negative control (the paper's bar printed beside ours)."""
-    from harness.sweeps.plan import SweepPlan
-
     s = pd.DataFrame({"model": ["m"] * 2, "baseline": ["vllm"] * 2, "system": ["vllm", "jenga"],
                       "throughput_req_s": [1.0, 1.3], "speedup": [1.0, 1.3], "speedup_ci_lo": [1.0, 1.2],
                       "speedup_ci_hi": [1.0, 1.4], "waste_fraction": [0.2, 0.1], "preemptions": [0, 0],
@@ -112,7 +111,7 @@ def test_ablation_smoke_table_prints_no_paper_column(tmp_path, monkeypatch, caps
     monkeypatch.setattr(ablation.stats, "aggregate", lambda df, by, metrics: df.copy())
     monkeypatch.setattr(ablation, "_paper", lambda summary, gpu: pd.Series([1.0, 1.26], index=summary.index))
     monkeypatch.setattr(ablation, "plot", lambda *a: tmp_path / "ablation.png")
-    ablation.report(SweepPlan("ablation", "ablation", mode, "h100", [], {"gpu": "h100"}), [], tmp_path)
+    ablation.report(Plan("ablation", "ablation", mode, "h100", "sim", [], {"gpu": "h100"}), [], tmp_path)
     table = capsys.readouterr().out.split("\n\n")[0]
     assert table.splitlines()[0].split()[:2] == ["model", "system"]
     assert ("paper_speedup" in table and "1.260" in table) == (mode == "full")
@@ -125,10 +124,21 @@ def test_mix_analytic_waste_is_79_6_percent_at_43_text_6193_image():
     # mllama: 32 self-attention layers (131072 B/token together), 8 cross-attention layers (32768).
     uniform = (43 + 6193) * (131072 + 32768)
     ideal = 43 * 131072 + 6193 * 32768
-    assert mix.workload_waste(ov) == pytest.approx((uniform - ideal) / uniform, abs=1e-12)
-    assert round(100 * mix.workload_waste(ov), 1) == 79.6
+    assert _workload_waste(ov) == pytest.approx((uniform - ideal) / uniform, abs=1e-12)
+    assert round(100 * _workload_waste(ov), 1) == 79.6
     # No images: uniform paging still charges the 8 cross-attention layers for text, 8/40 wasted.
-    assert mix.workload_waste([*ov[:-1], "dataset.image_tokens=0"]) == pytest.approx(0.2)
+    assert _workload_waste([*ov[:-1], "dataset.image_tokens=0"]) == pytest.approx(0.2)
+
+
+def _workload_waste(overrides: list[str]) -> float:
+    """What harness.run records as workload.analytic_waste_uniform for a cell (mix reads it)."""
+    from harness.config import compose_cell
+    from harness.models import load_profile
+    from harness.run import workload_stats
+    from harness.workloads import build_workload
+
+    cfg = compose_cell(overrides)
+    return workload_stats(load_profile(cfg.model), build_workload(cfg))["analytic_waste_uniform"]
 
 
 def test_image_mix_workload_probability_and_errors():
@@ -145,7 +155,9 @@ def test_image_mix_workload_probability_and_errors():
 
 
 def test_lcm_zoo_table_ratios():
-    t = lcm.zoo_table(16, ["llama3_2_11b_vision", "jamba_1_5_mini"]).set_index(["model", "type"])
+    from harness.tools.pages import zoo_frame
+
+    t = zoo_frame(16, ["llama3_2_11b_vision", "jamba_1_5_mini"]).set_index(["model", "type"])
     assert t.loc[("llama3_2_11b_vision", "cross"), "ratio"] == 4
     assert t.loc[("llama3_2_11b_vision", "full"), "ratio"] == 1
     assert t.loc[("jamba_1_5_mini", "full"), "model_max_ratio"] == 133
@@ -161,7 +173,7 @@ def test_window_sweep_smoke_waste(tmp_path):
     p = plan(EXP / "window_sweep.yaml", ["mode=smoke", f"out_dir={tmp_path / 'runs'}", "mode.length_scale=1.0"])
     p.runs = [r for r in p.runs if r.model == "gemma3_12b"]
     records = study_run.run_inline([r.overrides for r in p.runs], 1, progress=False)
-    s = __import__("harness.sweeps.window", fromlist=["report"]).report(p, records,
+    s = __import__("harness.study.kinds.window", fromlist=["report"]).report(p, records,
                                                                          tmp_path / "out")
     assert (tmp_path / "out" / "summary_smoke.csv").exists() and (tmp_path / "out" / "window_sweep_smoke.png").exists()
     w = s.set_index(["window", "length", "system"])["waste_fraction"]
@@ -174,7 +186,7 @@ def test_window_sweep_smoke_waste(tmp_path):
 
 @pytest.mark.slow
 def test_mix_sweep_smoke_measured_waste(tmp_path):
-    rc = driver.main([str(EXP / "mix_sweep.yaml"), "mode=smoke", f"out_dir={tmp_path / 'runs'}", "--jobs", "1",
+    rc = cli.main([str(EXP / "mix_sweep.yaml"), "mode=smoke", f"out_dir={tmp_path / 'runs'}", "--jobs", "1",
                       "--out", str(tmp_path / "out"), "--no-progress"])
     assert rc == 0
     s = pd.read_csv(tmp_path / "out" / "summary_smoke.csv")
@@ -218,7 +230,7 @@ def test_slurm_launcher_config_composes():
     assert cfg.cell == 3 and cfg.study == "x.yaml"
     cmd = study_run.launcher_command(EXP / "ablation.yaml", 5, ["mode=smoke"], "slurm", 2, False, tmp := Path("/x"))
     assert "hydra/launcher=slurm" in cmd and "cell=range(0,5)" in cmd and f"hydra.sweep.dir={tmp}" in cmd
-    with pytest.raises(ValueError, match="allowed: \\['joblib', 'slurm'\\]"):
+    with pytest.raises(ValueError, match="allowed: \\['joblib', 'slurm', 'submitit_local'\\]"):
         study_run.launcher_command(EXP / "ablation.yaml", 5, [], "local", 2, False, tmp)
 
 
@@ -256,41 +268,58 @@ def test_hydra_joblib_launcher_runs_cells(tmp_path):
     assert missing[0]["status"] == "failed" and "no launcher job finished this cell" in missing[0]["error"]
 
 
-@pytest.mark.parametrize("module", ["harness.study", "harness.sweeps"])   # the second: deprecated shim
-def test_driver_module_entry_point(module):
-    out = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
+# Record fields a launcher may legitimately change: when and how long, and where the files are.
+VOLATILE = {"wall_s", "provenance", "reused", "trace_file", "meta"}
+
+
+@pytest.mark.slow
+def test_submitit_local_launcher_runs_a_smoke_study_like_inline(tmp_path):
+    """The Slurm path runs, not only composes: the same smoke study through submitit's local
+    executor (hydra/launcher=submitit_local: submitit pickles each job and runs it in its own
+    process, as on a Slurm node) gives the inline run's records, metric for metric."""
+    f = tmp_path / "tiny.yaml"
+    f.write_text("name: tiny\nkind: lcm\nsystems: [jenga, jenga_no_request_aware]\nbaseline: jenga\n"
+                 "seeds: [0]\nzoo: [llama3_1_8b]\naxes: {rate: {key: engine.request_rate, values: [.inf]}}\n"
+                 "cells: [{model: gemma3_12b, dataset: mmlu_pro, dataset.num_requests: 4}]\n")
+    outs = {}
+    for launcher in ("inline", "submitit_local"):
+        runs = tmp_path / launcher
+        rc = cli.main([str(f), "mode=smoke", f"out_dir={runs}", "--out", str(tmp_path / f"out_{launcher}"),
+                       "--launcher", launcher, "--jobs", "1", "--no-progress",
+                       "--hydra", f"hydra.sweep.dir={tmp_path / 'hydra'}"] if launcher != "inline" else
+                      [str(f), "mode=smoke", f"out_dir={runs}", "--out", str(tmp_path / f"out_{launcher}"),
+                       "--jobs", "1", "--no-progress"])
+        assert rc == 0, launcher
+        outs[launcher] = {(r["system"], r["seed"]): r for r in
+                          (json.loads(p.read_text()) for p in runs.rglob("record.json"))}
+    assert len(outs["inline"]) == 2 and outs["inline"].keys() == outs["submitit_local"].keys()
+    assert list((tmp_path / "hydra").rglob("*submitit*")) or list((tmp_path / "hydra").rglob("*.pkl"))
+    def same(rec: dict) -> dict:   # the run folder is the one override that differs by design
+        return {**{k: v for k, v in rec.items() if k not in VOLATILE},
+                "overrides": [o for o in rec["overrides"] if not o.startswith("out_dir=")]}
+
+    for key, rec in outs["inline"].items():
+        assert same(rec) == same(outs["submitit_local"][key]), key
+    assert outs["inline"][("jenga", 0)]["throughput_req_s"] > 0
+
+
+def test_study_module_entry_point():
+    out = subprocess.run([sys.executable, "-m", "harness.study", "--help"], cwd=ROOT, capture_output=True, text=True,
                          check=False)
     assert out.returncode == 0 and "--launcher" in out.stdout
 
 
-@pytest.mark.parametrize("module", ["harness.experiment", "harness.sweeps", "harness.study"])
-def test_deprecated_module_aliases_say_so_then_run_the_study_driver(module, monkeypatch, capsys):
-    """`python -m harness.experiment` / `harness.sweeps`: one stderr line naming the replacement,
-    then the study driver with the same arguments; `harness.study` itself (the control) says nothing."""
-    import runpy
-    import warnings
+@pytest.mark.parametrize("module", ["harness.experiment", "harness.sweeps", "harness.studies"])
+def test_the_old_study_modules_are_gone(module):
+    """One study package: the deprecated aliases and the old homes of study code are removed."""
+    import importlib.util
 
-    calls = []
-    monkeypatch.setattr(driver, "main", lambda argv=None: calls.append(argv) or 0)
-    monkeypatch.setattr(sys, "argv", [module, "experiments/fig14.yaml", "mode=smoke"])
-    with warnings.catch_warnings():   # runpy: "found in sys.modules" when the module is already imported
-        warnings.simplefilter("ignore", RuntimeWarning)
-        with pytest.raises(SystemExit) as e:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-    assert e.value.code == 0 and len(calls) == 1
-    err = capsys.readouterr().err
-    if module == "harness.study":
-        assert "deprecated" not in err
-    else:
-        want = f"python -m {module}: deprecated alias; use `python -m harness.study experiments/<name>.yaml`"
-        assert err.splitlines() == [f"{want} (same arguments)"]
+    assert importlib.util.find_spec(module) is None
 
 
-def test_experiment_driver_takes_seeds_from_the_command_line():
-    from harness import experiment
-
-    one = experiment.plan(EXP / "fig14.yaml", ["mode=smoke", "seeds=0"])
-    three = experiment.plan(EXP / "fig14.yaml", ["mode=smoke", "seeds=0,1,2"])
+def test_figure_plan_takes_seeds_from_the_command_line():
+    one = plan(EXP / "fig14.yaml", ["mode=smoke", "seeds=0"])
+    three = plan(EXP / "fig14.yaml", ["mode=smoke", "seeds=0,1,2"])
     assert len(three.runs) == 3 * len(one.runs) and {r.seed for r in three.runs} == {0, 1, 2}
     assert not any(o.startswith("seeds=") for r in three.runs for o in r.overrides)
 
@@ -299,7 +328,7 @@ def test_experiment_driver_takes_seeds_from_the_command_line():
 @pytest.mark.parametrize("study", ["ablation", "lcm_churn"])
 def test_ablation_and_lcm_reports_smoke(tmp_path, study):
     out = tmp_path / "out"
-    rc = driver.main([str(EXP / f"{study}.yaml"), "mode=smoke", f"out_dir={tmp_path / 'runs'}", "--jobs", "1",
+    rc = cli.main([str(EXP / f"{study}.yaml"), "mode=smoke", f"out_dir={tmp_path / 'runs'}", "--jobs", "1",
                       "--out", str(out), "--no-progress"])
     assert rc == 0 and (out / f"{study}_smoke.png").exists()
     s = pd.read_csv(out / "summary_smoke.csv")

@@ -1,12 +1,14 @@
-"""The one study pipeline (issue 10 item 1): experiment file → plan (cells × axes × systems ×
-seeds) → cells (ordinary cached records of :func:`harness.run.run_cell`) → seed aggregation →
-report and figure.
+"""The one study pipeline: study file → plan (cells × axes × systems × seeds) → cells (ordinary
+cached records of :func:`harness.run.run_cell`) → seed statistics → the kind's report and figure.
 
-- :mod:`harness.study.driver` — ``python -m harness.study``, the one entry point;
-- :mod:`harness.study.kinds` — the registry keyed by the study file's ``kind:`` (each kind supplies
-  only its axes and its report: ``figure`` = :mod:`harness.experiment`, ``window``/``mix``/
-  ``ablation``/``lcm`` = :mod:`harness.sweeps`, ``micro``/``specdec``/``vlm_embed``/
-  ``mamba_prefix`` = :mod:`harness.studies`);
-- :mod:`harness.study.run` — running: inline joblib pool, Hydra joblib or Slurm (submitit) launcher;
-- :mod:`harness.study.launch` — the Hydra app a launcher job runs (one cell).
+- :mod:`~harness.study.cli` — ``python -m harness.study``, the one entry point (arguments, checks
+  before any work, ``--dry-run``);
+- :mod:`~harness.study.plan` — the one planner (study file → runs; one default for seeds);
+- :mod:`~harness.study.run` — running (inline joblib pool, Hydra joblib, Slurm / submitit) and the
+  tally; :mod:`~harness.study.launch` — the Hydra app one launcher job runs (one cell);
+- :mod:`~harness.study.stats` — seeds → means, 95 % CIs, paired speedups;
+- :mod:`~harness.study.report` — what every report shares (files, tables, figure footers);
+- :mod:`~harness.study.kinds` — the one registry of kinds; ``kinds/<kind>.py`` each hold a kind's
+  report (figure, window, mix, ablation, lcm, micro, specdec, vlm_embed, mamba_prefix);
+- :mod:`~harness.study.gpu_fig14` — the Fig. 14 launcher for a real GPU (real vLLM engine).
 """

@@ -1,5 +1,5 @@
-"""``python -m harness.study experiments/<name>.yaml ...``: see :mod:`harness.study.driver`."""
+"""``python -m harness.study experiments/<name>.yaml ...``: see :mod:`harness.study.cli`."""
 
-from harness.study.driver import main
+from harness.study.cli import main
 
 raise SystemExit(main())

@@ -1,47 +1,101 @@
-"""Running a study's cells: in this process / a joblib pool, or through a Hydra launcher (joblib
-on one machine, Slurm via submitit), resumable.
+"""Running a study's cells and reporting: in this process / a joblib pool, or through a Hydra
+launcher (joblib on one machine, Slurm via submitit), resumable — the one run path of every kind.
 
 Every cell is an ordinary record of :func:`harness.run.run_cell` (cached under its config hash), so
 an interrupted study resumes without redoing finished cells and a launcher's jobs are read back
-from their records (:func:`collect`).
+from their records (:func:`collect`). :func:`run_study` runs a plan's cells, hands the records to
+the kind's ``report`` and prints the tally.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness import cli
+from tqdm import tqdm
 
-LAUNCHERS = ("inline", "joblib", "slurm")
+from harness.config import compose_cell
+from harness.records import REPO_ROOT, finished_record, read_record
+from harness.run import cell_dir, run_overrides
+from harness.study.inputs import inputs_for
+from harness.study.kinds import KINDS
+from harness.study.plan import Plan
+
+LAUNCHERS = ("inline", "joblib", "slurm", "submitit_local")
+# Outputs of smoke runs go here (git-ignored), never beside the committed references.
+SMOKE_ROOT = REPO_ROOT / "results" / "smoke"
+
+
+def default_out(name: str, mode: str) -> Path:
+    """Where a study writes its summary and figure: ``results/<name>`` (the committed references) for
+    full runs, ``results/smoke/<name>`` (git-ignored) for smoke runs."""
+    return (SMOKE_ROOT if mode == "smoke" else REPO_ROOT / "results") / name
 
 
 def run_one(overrides: list[str], force: bool = False) -> dict[str, Any]:
     """One cell's record; any exception becomes a failure record (the study goes on). Not
     BaseException: ctrl-C must stop the study."""
     try:
-        from harness.run import run_overrides
-
         return run_overrides(list(overrides) + (["force=true"] if force else []))
     except Exception as exc:  # noqa: BLE001
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "overrides": list(overrides)}
 
 
+def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int, desc: str, progress: bool = True,
+              on_result: Callable[[Any, Any], None] | None = None) -> list[Any]:
+    """``[fn(*task) for task in tasks]`` in order, ``jobs`` processes at a time (1: in this
+    process), with a tqdm bar on stderr. ctrl-C stops the pool (no task starts after it) and
+    raises KeyboardInterrupt for :func:`harness.study.cli.guard`; finished cells keep their records,
+    so a rerun resumes. ``on_result(bar, result)`` sees each result as it arrives."""
+    results: list[Any] = []
+    with tqdm(total=len(tasks), desc=desc, unit="cell", disable=not progress, file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        if jobs <= 1 or len(tasks) <= 1:
+            for t in tasks:
+                results.append(fn(*t))
+                bar.update(1)
+                if on_result:
+                    on_result(bar, results[-1])
+            return results
+        from joblib import Parallel, delayed
+
+        par = Parallel(n_jobs=jobs, return_as="generator", backend="loky", batch_size=1)
+        gen = par(delayed(fn)(*t) for t in tasks)
+        try:
+            for res in gen:
+                results.append(res)
+                bar.update(1)
+                if on_result:
+                    on_result(bar, res)
+        except KeyboardInterrupt:
+            # Kill the workers first: a worker hit by the same ctrl-C mid-handshake can leave
+            # joblib's abort waiting on it; then joblib drops the queued cells.
+            from joblib.externals.loky import get_reusable_executor
+
+            get_reusable_executor().shutdown(wait=False, kill_workers=True)
+            gen.close()
+            raise
+    return results
+
+
 def run_inline(overrides: Sequence[list[str]], jobs: int, force: bool = False, progress: bool = True,
                desc: str = "cells", on_result=None) -> list[dict[str, Any]]:
     """Every cell with joblib (``jobs`` processes; 1 = in this process), records in plan order,
-    a progress bar, ctrl-C stops the pool (:func:`harness.cli.run_tasks`)."""
-    return cli.run_tasks(run_one, [(list(o), force) for o in overrides], jobs, desc, progress, on_result)
+    a progress bar, ctrl-C stops the pool (:func:`run_tasks`)."""
+    return run_tasks(run_one, [(list(o), force) for o in overrides], jobs, desc, progress, on_result)
 
 
 def launcher_command(study: str | Path, n_cells: int, cli_overrides: list[str], launcher: str, jobs: int,
                      force: bool, sweep_dir: Path, hydra_args: Sequence[str] = ()) -> list[str]:
-    """The ``harness.study.launch`` multirun command line for a Hydra launcher."""
-    if launcher not in ("joblib", "slurm"):
-        raise ValueError(f"launcher={launcher!r} has no Hydra launcher; allowed: ['joblib', 'slurm']")
+    """The ``harness.study.launch`` multirun command line for a Hydra launcher (``slurm`` and its
+    local twin ``submitit_local``, the same submitit code path on this machine)."""
+    if launcher not in ("joblib", "slurm", "submitit_local"):
+        raise ValueError(f"launcher={launcher!r} has no Hydra launcher; allowed: ['joblib', 'slurm', 'submitit_local']")
     extra = "[" + ",".join(f"'{o}'" for o in cli_overrides) + "]"
     cmd = [sys.executable, "-m", "harness.study.launch", "-m", f"study={Path(study).resolve()}",
            f"cell=range(0,{n_cells})", f"cli={extra}", f"force={str(force).lower()}",
@@ -54,10 +108,6 @@ def launcher_command(study: str | Path, n_cells: int, cli_overrides: list[str], 
 def collect(overrides: Sequence[list[str]]) -> list[dict[str, Any]]:
     """Read every cell's record without running anything: the record, else its failure record,
     else a failure saying no launcher job finished the cell."""
-    from harness.config import compose_cell
-    from harness.records import finished_record, read_record
-    from harness.run import cell_dir
-
     out = []
     for ov in overrides:
         try:
@@ -75,9 +125,9 @@ def run_launcher(study: str | Path, name: str, overrides: Sequence[list[str]], c
                  launcher: str, jobs: int, force: bool, hydra_args: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Run the cells through a Hydra launcher, then read the records back (nothing reruns here: a
     cell no job finished is a failure row; rerunning the study resumes it)."""
-    sweep_dir = cli.REPO_ROOT / "results" / name / "cells" / "hydra"
+    sweep_dir = REPO_ROOT / "results" / name / "cells" / "hydra"
     cmd = launcher_command(study, len(overrides), cli_overrides, launcher, jobs, force, sweep_dir, hydra_args)
-    proc = subprocess.run(cmd, cwd=cli.REPO_ROOT, check=False)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, check=False)
     if proc.returncode != 0:
         print(f"launcher exited with {proc.returncode}; collecting what finished", file=sys.stderr)
     return collect(overrides)
@@ -92,3 +142,45 @@ def run_cells(args, study_path: str | Path, name: str, overrides: Sequence[list[
     hydra_args = (getattr(args, "hydra", "") or "").split()
     return run_launcher(study_path, name, overrides, list(args.overrides), launcher, args.jobs, args.force,
                         hydra_args)
+
+
+def run_study(args, p: Plan) -> int:
+    """Run the planned cells (each distinct error printed once, when it first happens; repeats
+    counted), hand the records to the kind's ``report`` and print the tally. Exit status 0 when
+    every cell ran, or (a kind with ``partial_ok``: figures show failed bars) when some did."""
+    seen: dict[str, int] = {}
+
+    def note(bar, rec: dict[str, Any]) -> None:
+        if rec.get("status") != "ok":
+            err = str(rec.get("error"))
+            if err not in seen:
+                bar.write(f"cell failed: {rec.get('model')}/{rec.get('system')} seed {rec.get('seed')}: {err}",
+                          file=sys.stderr)
+            seen[err] = seen.get(err, 0) + 1
+
+    kind = KINDS[p.kind]
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    records = run_cells(args, args.experiment, p.name, [r.overrides for r in p.runs], note)
+    wall = time.perf_counter() - t0
+    for err, n in seen.items():
+        if n > 1:
+            print(f"{n} cells failed with: {err}", file=sys.stderr)
+    out = Path(args.out) if args.out else default_out(p.name, p.mode)
+    summary = kind.load().report(p, records, out, **inputs_for(kind.inputs, p))
+    ok = [r for r in records if r.get("status") == "ok"]
+    # Run in this study = not reused and written after it started (a launcher's cells come back as reused records).
+    fresh = [r for r in ok if not r.get("reused") or (r.get("provenance") or {}).get("time", "") >= started]
+    sim_s = sum(r.get("makespan_s") or 0.0 for r in fresh)
+    print(f"\n{len(ok)}/{len(records)} cells ok ({len(fresh)} run, {len(ok) - len(fresh)} reused) in {wall:.1f} s "
+          f"wall ({getattr(args, 'launcher', 'inline')}, {args.jobs} jobs)"
+          + (f"; {sim_s:.0f} simulated serving seconds ({sim_s / wall:.1f} per wall second)" if fresh and wall else ""))
+    oom = sum(1 for r in ok if r.get("num_ignored"))
+    if oom:
+        print(f"{oom} cell(s) OOM (some request never fits the KV pool; an outcome, as the paper's OOM bars)")
+    if len(ok) < len(records):
+        print(f"WARNING: {len(records) - len(ok)} cell(s) failed; see the status/error columns of the summary")
+    print(f"wrote {out}")
+    if summary is None or not ok:
+        return 1
+    return 0 if kind.partial_ok or len(ok) == len(records) else 1

@@ -26,7 +26,10 @@ import argparse
 import csv
 from pathlib import Path
 
+from harness.backends.vllm.plan import require_vllm
+from harness.config import compose_cell
 from harness.records import REPO_ROOT
+from harness.run import run_cell
 
 # All cells use the V1 engine settings: vllm_sched runs vLLM's V1 scheduler, so the sim's v1
 # policy (mixed prefill/decode batches, chunked prefill) is the comparable one.
@@ -73,8 +76,6 @@ def rel_diff(a: float | None, b: float | None) -> float | None:
 
 def run_cell_pair(name: str, sim_system: str, sched_system: str, variant: str, out_dir: Path,
                   force: bool) -> tuple[dict, dict]:
-    from harness.config import compose_cell
-    from harness.run import run_cell
     base = [*CELLS[name], f"out_dir={out_dir}", f"force={str(force).lower()}", *VARIANTS[variant]]
     sim = run_cell(compose_cell([*base, f"system={sim_system}", "backend=sim"]))
     sched = run_cell(compose_cell([*base, f"system={sched_system}", "backend=vllm_sched",
@@ -137,7 +138,6 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.backends.vllm.plan import require_vllm
     ap = argparse.ArgumentParser(description="sim vs vLLM's scheduler on the same cells")
     ap.add_argument("--cells", nargs="*", default=list(CELLS), choices=list(CELLS))
     ap.add_argument("--force", action="store_true", help="rerun cells whose records exist")

@@ -15,9 +15,10 @@ import math
 import sys
 from dataclasses import dataclass
 
+import pandas as pd
+
 from harness.config import ConfigError, compose_cell, options
-from harness.models import load_profile
-from harness.profile import ModelProfile
+from harness.models import ModelProfile, load_profile
 from jenga.spec import page_geometry
 
 
@@ -85,6 +86,15 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _cells(r) -> tuple[str, str, str]:
+    """A geometry row's printed layers (storing/computing under KV sharing), bytes per token
+    ("state" for Mamba) and MAX-page tokens per page ("-" where none)."""
+    layers = f"{r.layers}" if r.layers == r.compute_layers else f"{r.layers}/{r.compute_layers}"
+    bpt = "state" if r.bytes_per_token is None else str(r.bytes_per_token)
+    mpt = "-" if r.max_page_tokens is None else str(r.max_page_tokens)
+    return layers, bpt, mpt
+
+
 def describe(profile: ModelProfile, tokens_per_page: int = 16) -> str:
     """The per-model table as text."""
     g = geometry(profile, tokens_per_page)
@@ -92,9 +102,7 @@ def describe(profile: ModelProfile, tokens_per_page: int = 16) -> str:
              (f"{'type':<22}{'kind':<18}{'layers':>10}{'bytes/token':>14}{'small page':>14}{'large/small':>13}"
              f"{'MAX-page tokens/page':>22}")]
     for r in g.rows:
-        layers = f"{r.layers}" if r.layers == r.compute_layers else f"{r.layers}/{r.compute_layers}"
-        bpt = "state" if r.bytes_per_token is None else str(r.bytes_per_token)
-        mpt = "-" if r.max_page_tokens is None else str(r.max_page_tokens)
+        layers, bpt, mpt = _cells(r)
         lines.append(f"{r.name:<22}{r.kind:<18}{layers:>10}{bpt:>14}{r.small_page_bytes:>14}{r.ratio:>12}x"
                      f"{mpt:>22}")
     lines.append(f"LCM large page: {g.large_page_bytes} bytes ({_fmt_bytes(g.large_page_bytes)}); "
@@ -120,9 +128,7 @@ def zoo_table(tokens_per_page: int = 16) -> str:
         prof = load_profile(compose_cell([f"model={name}"]).model)
         g = geometry(prof, tokens_per_page)
         for r in g.rows:
-            layers = f"{r.layers}" if r.layers == r.compute_layers else f"{r.layers}/{r.compute_layers}"
-            bpt = "state" if r.bytes_per_token is None else str(r.bytes_per_token)
-            mpt = "-" if r.max_page_tokens is None else str(r.max_page_tokens)
+            layers, bpt, mpt = _cells(r)
             lines.append(f"{name:<24}{r.name:<16}{r.kind:<17}{layers:>7}{bpt:>12}{r.small_page_bytes:>12}"
                          f"{_fmt_bytes(g.large_page_bytes):>12}{r.ratio:>11}x{mpt:>19}")
         if g.max_ratio > best[0]:
@@ -146,6 +152,24 @@ def _args(argv: list[str]) -> dict[str, str]:
             raise ConfigError(f"unknown argument {k!r}; allowed: ['model', 'tokens_per_page']")
         out[k] = v
     return out
+
+
+def zoo_frame(tokens_per_page: int = 16, models: list[str] | None = None) -> pd.DataFrame:
+    """One row per (model, layer type) of every model config in ``harness/conf/model`` (or of
+    ``models``)."""
+    rows = []
+    for name in models or options("model"):
+        prof = load_profile(compose_cell([f"model={name}"]).model)
+        g = geometry(prof, tokens_per_page)
+        split = split_mamba_ratio(prof, tokens_per_page)
+        for r in g.rows:
+            rows.append({"model": name, "type": r.name, "kind": r.kind, "layers": r.layers,
+                         "compute_layers": r.compute_layers, "bytes_per_token": r.bytes_per_token,
+                         "small_page_bytes": r.small_page_bytes, "large_page_bytes": g.large_page_bytes,
+                         "ratio": r.ratio, "model_max_ratio": g.max_ratio, "max_page_tokens": r.max_page_tokens,
+                         "artifact_layout_ratio": split[0] if split else None,
+                         "tokens_per_page": tokens_per_page})
+    return pd.DataFrame(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

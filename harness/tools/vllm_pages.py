@@ -28,7 +28,18 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.profile import ModelProfile
+import jenga
+from harness.backends.vllm.hf_config import hf_config_dict
+from harness.backends.vllm.plan import (
+    EngineKnobs,
+    make_vllm_config,
+    plan_kv_cache,
+    require_vllm,
+    vllm_layer_specs,
+    write_proxy_model_dir,
+)
+from harness.config import compose_cell, options
+from harness.models import ModelProfile, load_profile
 from jenga.spec import VisionEmbeddingSpec, page_geometry
 
 MAX_PLAN_LEN = 32768
@@ -65,7 +76,6 @@ class GeometryRow:
 
 
 def ours(profile: ModelProfile, budget: int, tpp: int, hybrid: bool) -> tuple[list[tuple[str, int]], int, int]:
-    import jenga
     # vLLM keeps vision embeddings in its encoder cache, outside the KV pool; compare the KV pool only.
     specs = [s for s in profile.specs if not isinstance(s, VisionEmbeddingSpec)]
     mm = jenga.make_manager("hybrid_groups" if hybrid else "vllm", specs, budget, tokens_per_page=tpp)
@@ -77,13 +87,6 @@ def ours(profile: ModelProfile, budget: int, tpp: int, hybrid: bool) -> tuple[li
 
 def vllm_plan(profile: ModelProfile, budget: int, tpp: int, hybrid: bool, vc_cache: dict):
     """vLLM's plan (``PlannedKV``) for the profile; one VllmConfig per call is built from scratch."""
-    from harness.backends.vllm.plan import (
-        EngineKnobs,
-        make_vllm_config,
-        plan_kv_cache,
-        vllm_layer_specs,
-        write_proxy_model_dir,
-    )
     max_len = min(profile.max_model_len, MAX_PLAN_LEN)
     knobs = EngineKnobs(hybrid=hybrid, block_size=tpp, max_num_seqs=256, max_num_batched_tokens=8192,
                         max_model_len=max_len, enable_chunked_prefill=True, enable_prefix_caching=True)
@@ -149,7 +152,6 @@ def written_config_specs(profile: ModelProfile, block_size: int = 32, max_model_
     import json
     import os
 
-    from harness.backends.vllm.hf_config import hf_config_dict
     if any(s.kind == "mamba" for s in profile.specs):
         raise ValueError(f"model {profile.name!r}: Mamba state sizes follow hidden_size, which this check shrinks")
     cfg = hf_config_dict(profile)
@@ -203,7 +205,6 @@ def config_check(profile: ModelProfile, block_size: int = 32) -> dict:
     for a model with one layer kind, where a shift changes nothing)."""
     import dataclasses
 
-    from harness.backends.vllm.plan import vllm_layer_specs
     got = written_config_specs(profile, block_size)
     out = {"model": profile.name, "layers": len(got), "counts": spec_counts(got),
            "mismatches": diff_specs(got, vllm_layer_specs(profile, block_size)), "control_mismatches": None}
@@ -215,9 +216,6 @@ def config_check(profile: ModelProfile, block_size: int = 32) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.backends.vllm.plan import require_vllm
-    from harness.config import compose_cell, options
-    from harness.models import load_profile
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help="conf/model names (default: all)")
     ap.add_argument("--budget-gib", type=float, default=16.0)

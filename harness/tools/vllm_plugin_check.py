@@ -40,6 +40,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.backends.vllm.hf_config import hf_config_dict
+from harness.backends.vllm.plan import require_vllm
+from harness.backends.vllm.tiny import tiny_llama4_profile
+
 # The plugin arms first: vLLM loads its plugins once per process, at the first engine, and the
 # entry point installs the hooks only if JENGA_VLLM=1 then (the stock arms switch it off per engine).
 LONG_LEN, LONG_N = 600, 4
@@ -65,8 +69,6 @@ def write_random_llama4(directory: Path, seed: int = 0, chunk: int | None = None
     import torch
     from safetensors.torch import save_file
 
-    from harness.backends.vllm.hf_config import hf_config_dict
-    from harness.backends.vllm.tiny import tiny_llama4_profile
     cfg = hf_config_dict(tiny_llama4_profile())
     if chunk is not None:
         cfg["attention_chunk_size"] = chunk or None
@@ -228,7 +230,6 @@ def check(models: list[str], kv_bytes: int = KV_BYTES) -> dict:
     # vLLM loads its plugins once per process, at the first engine: the plugin arms run first with
     # JENGA_VLLM=1 so the entry point installs the hooks; the stock arms switch it off per engine
     # (every hook checks it when called).
-    from harness.backends.vllm.plan import require_vllm
     os.environ["JENGA_VLLM"] = "1"
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # stdout keeps only the summary line

@@ -17,8 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from harness.config import ConfigError, compose_cell
-from harness.models import load_profile
-from harness.profile import ModelProfile
+from harness.models import ModelProfile, load_profile
 from jenga.spec import CrossAttentionSpec, TokenDropSpec
 
 
@@ -62,6 +61,17 @@ def analytic_waste(profile: ModelProfile, text_tokens: int, image_tokens: int = 
         per_type[s.name] = need * s.bytes_per_token
         ideal += per_type[s.name]
     return Waste(uniform, ideal, per_type)
+
+
+def workload_waste(profile: ModelProfile, requests) -> float:
+    """Analytic uniform-paging waste over a workload's requests, at their prompts:
+    (uniform − ideal) / uniform bytes summed over the requests (0 for an empty workload)."""
+    uniform = ideal = 0
+    for r in requests:
+        w = analytic_waste(profile, r.prompt_len, r.num_image_tokens)
+        uniform += w.uniform_bytes
+        ideal += w.ideal_bytes
+    return (uniform - ideal) / uniform if uniform else 0.0
 
 
 _KEYS = ("model", "text_tokens", "image_tokens", "context")

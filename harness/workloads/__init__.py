@@ -7,16 +7,18 @@ real), ``cfg.model`` (vocabulary, vision tower, context length), ``cfg.mode`` (s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from omegaconf import DictConfig
 
-from harness.workloads import twins
+from harness.workloads import hf, twins
+from harness.workloads.image_mix import image_mix
 from harness.workloads.request import Request
 from harness.workloads.twins import Shape, WorkloadError
 
-__all__ = ["Request", "WorkloadError", "build_workload", "check_context"]
+__all__ = ["TWINS", "Request", "WorkloadError", "build_workload", "check_context", "twin"]
 
-_TWINS = ("mmlu_pro", "mmmu_pro", "arxiv_qa", "sharegpt", "synthetic", "microbench", "image_mix")
 
 
 def _shape(cfg: DictConfig) -> Shape:
@@ -34,28 +36,69 @@ def _image_token(cfg: DictConfig) -> int:
     return int(cfg.model.vocab_size) - 1  # a reserved-looking id; only the count matters
 
 
-def build_twin(cfg: DictConfig) -> list[Request]:
-    """Requests from the offline twin of ``cfg.dataset``."""
-    ds, shape = cfg.dataset, _shape(cfg)
-    stats = twins.load_stats(ds.stats)
-    if ds.name == "mmlu_pro":
-        return twins.mmlu_pro(shape, stats)
-    if ds.name == "mmmu_pro":
-        vision = None if cfg.model.vision is None else dict(cfg.model.vision)
-        return twins.mmmu_pro(shape, stats, vision, _image_token(cfg))
-    if ds.name == "arxiv_qa":
-        return twins.arxiv_qa(shape, stats, ds.subset, ds.articles_per_group, ds.questions_per_article)
-    if ds.name == "sharegpt":
-        return twins.sharegpt(shape, stats)
-    if ds.name == "image_mix":
-        from harness.workloads.image_mix import image_mix
+# The offline twins: dataset name -> generator of its requests. One place to add a twin: write the
+# generator (usually in twins.py) and register it here with @twin("<name>"), then add
+# harness/conf/dataset/<name>.yaml with source: twin (docs/ARCHITECTURE.md walks through one).
+TwinGenerator = Callable[[DictConfig, Shape], list[Request]]
+TWINS: dict[str, TwinGenerator] = {}
 
-        vision = None if cfg.model.vision is None else dict(cfg.model.vision)
-        return image_mix(shape, ds, vision, _image_token(cfg))
-    if ds.name in ("synthetic", "microbench"):
-        return twins.uniform(shape, ds.name, ds.input_len_min, ds.input_len_max, ds.output_len_min,
-                             ds.output_len_max)
-    raise WorkloadError(f"dataset {ds.name!r} has no offline twin; twins exist for {list(_TWINS)}")
+
+def twin(name: str) -> Callable[[TwinGenerator], TwinGenerator]:
+    """Register ``fn(cfg, shape) -> requests`` as the offline twin of dataset ``name``."""
+    def register(fn: TwinGenerator) -> TwinGenerator:
+        if name in TWINS:
+            raise ValueError(f"offline twin {name!r} is registered twice")
+        TWINS[name] = fn
+        return fn
+    return register
+
+
+def _vision(cfg: DictConfig) -> dict | None:
+    return None if cfg.model.vision is None else dict(cfg.model.vision)
+
+
+@twin("mmlu_pro")
+def _mmlu_pro(cfg: DictConfig, shape: Shape) -> list[Request]:
+    return twins.mmlu_pro(shape, twins.load_stats(cfg.dataset.stats))
+
+
+@twin("mmmu_pro")
+def _mmmu_pro(cfg: DictConfig, shape: Shape) -> list[Request]:
+    return twins.mmmu_pro(shape, twins.load_stats(cfg.dataset.stats), _vision(cfg), _image_token(cfg))
+
+
+@twin("arxiv_qa")
+def _arxiv_qa(cfg: DictConfig, shape: Shape) -> list[Request]:
+    ds = cfg.dataset
+    return twins.arxiv_qa(shape, twins.load_stats(ds.stats), ds.subset, ds.articles_per_group,
+                          ds.questions_per_article)
+
+
+@twin("sharegpt")
+def _sharegpt(cfg: DictConfig, shape: Shape) -> list[Request]:
+    return twins.sharegpt(shape, twins.load_stats(cfg.dataset.stats))
+
+
+@twin("image_mix")
+def _image_mix(cfg: DictConfig, shape: Shape) -> list[Request]:
+    return image_mix(shape, cfg.dataset, _vision(cfg), _image_token(cfg))
+
+
+def _uniform(cfg: DictConfig, shape: Shape) -> list[Request]:
+    ds = cfg.dataset
+    return twins.uniform(shape, ds.name, ds.input_len_min, ds.input_len_max, ds.output_len_min, ds.output_len_max)
+
+
+twin("synthetic")(_uniform)
+twin("microbench")(_uniform)
+
+
+def build_twin(cfg: DictConfig) -> list[Request]:
+    """Requests from the offline twin of ``cfg.dataset`` (:data:`TWINS`)."""
+    gen = TWINS.get(cfg.dataset.name)
+    if gen is None:
+        raise WorkloadError(f"dataset {cfg.dataset.name!r} has no offline twin; twins exist for {sorted(TWINS)}")
+    return gen(cfg, _shape(cfg))
 
 
 def check_context(requests: list[Request], max_model_len: int, model: str) -> None:
@@ -93,8 +136,6 @@ def build_workload(cfg: DictConfig) -> list[Request]:
     if cfg.dataset.source == "twin":
         requests = build_twin(cfg)
     elif cfg.dataset.source == "hf":
-        from harness.workloads import hf
-
         requests = hf.load(cfg, _shape(cfg))
     else:
         raise WorkloadError(f"dataset.source={cfg.dataset.source!r}; allowed: ['twin', 'hf']")

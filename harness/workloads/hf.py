@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 
 from harness.workloads import twins
 from harness.workloads.request import Request
-from harness.workloads.sources import Rows, local_path, open_rows
+from harness.workloads.sources import Rows, _hub_error, local_path, open_rows
 from harness.workloads.tokenizer import Tokenize, make_tokenizer
 from harness.workloads.twins import Shape, WorkloadError
 from jenga.interface import ImageSpan
@@ -240,8 +240,6 @@ def _sharegpt(cfg: DictConfig, shape: Shape, tok: Tokenize) -> list[Request]:
 
             path = hf_hub_download(ds.hf_id, "ShareGPT_V3_unfiltered_cleaned_split.json", repo_type="dataset")
         except Exception as exc:
-            from harness.workloads.sources import _hub_error
-
             raise _hub_error(ds.name, ds.hf_id, exc) from exc
         with open(path, encoding="utf-8") as f:
             convs = [c["conversations"] for c in json.load(f) if len(c.get("conversations", [])) >= 2]

@@ -19,6 +19,7 @@ cache index (the paged systems' hash granularity; a token-granular index would a
 
 from __future__ import annotations
 
+from jenga.interface import MemoryUsage
 from jenga.manager_base import PagedManager
 from jenga.policies import CrossPolicy, FullPolicy, MambaPolicy
 from jenga.pools.exact import ExactPool
@@ -129,7 +130,6 @@ class Oracle(PagedManager):
         super()._release_transients(rs)
 
     def usage(self):
-        from jenga.interface import MemoryUsage
 
         running, cached = self._running(), self.pool.cached_bytes
         return MemoryUsage(self.capacity_bytes, running, 0, 0, cached, self.capacity_bytes - running - cached,

@@ -75,7 +75,7 @@ from pathlib import Path
 import yaml
 
 from harness.backends.settings import EngineSettings, GpuSettings
-from harness.profile import ModelProfile
+from harness.models import ModelProfile
 from jenga.registry import uniform_block_table_systems
 
 GiB = 1 << 30

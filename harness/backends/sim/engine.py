@@ -18,7 +18,7 @@ from harness.backends.sim import variants
 from harness.backends.sim.scheduler import Scheduler, SchedulerConfig
 from harness.backends.sim.variants import step_time_hook
 from harness.config import ENGINE_VERSIONS
-from harness.profile import ModelProfile
+from harness.models import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.workloads.request import Request
 from jenga.registry import full_prompt_admission_systems
@@ -112,7 +112,7 @@ def run_loop(sched: Scheduler, mm, step_cost: StepCost, complete: Complete | Non
         if running_cost is not None:
             dt += running_cost(len(sched.running), len(step))
         u = mm.usage()
-        # An allocator that over-commits must fail the cell, not write an "ok" record (issue 12).
+        # An allocator that over-commits must fail the cell, not write an "ok" record.
         assert u.free_bytes >= 0, f"{type(mm).__name__} over-committed: free_bytes={u.free_bytes} at step {steps}"
         alloc = u.allocated_bytes
         waste = u.waste_fraction

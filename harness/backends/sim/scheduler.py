@@ -44,6 +44,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from harness.workloads.request import Request
+from jenga.baselines.current import full_sequence_demand
 from jenga.interface import MemoryManager
 
 
@@ -230,7 +231,6 @@ class Scheduler:
 
     def _full_prompt_fits(self, seq: SeqState, hit: int) -> bool:
         """Today's vLLM admission gate (module docstring): the whole sequence must fit."""
-        from jenga.baselines.current import full_sequence_demand
         u = self.mm.usage()
         need = full_sequence_demand(self.mm, seq.req, hit, seq.target, self.cfg.token_budget)
         return need <= u.free_bytes + u.cached_bytes

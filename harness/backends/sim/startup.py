@@ -1,4 +1,4 @@
-"""Can a cell start, and can its pool hold every request? No simulation (issue 9 §2).
+"""Can a cell start, and can its pool hold every request? No simulation.
 
 vLLM's start-up decides two things before any request runs (see :mod:`harness.backends.cost.model`): the KV
 pool left after the profiling pass (``CostModel.kv_capacity_bytes``; none left is a start-up
@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.backends.cost.model import CostModel
+from harness.backends.cost.model import CostModel, profile_tokens
 from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.sim.engine import V0_WATERMARK, make_manager
+from harness.backends.sim.scheduler import FullPromptProbe
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,6 @@ class FitReport:
 
 def fit_report(cfg, profile, requests) -> FitReport:
     """Start-up and admission check of one composed cell (``cfg``) for its ``system``."""
-    from harness.backends.sim.engine import V0_WATERMARK, make_manager
-    from harness.backends.sim.scheduler import FullPromptProbe
 
     system = str(cfg.system.name)
     engine = EngineSettings.of(cfg.engine)
@@ -67,7 +67,6 @@ def fit_report(cfg, profile, requests) -> FitReport:
 
 
 def sched_budget(profile, engine) -> int:
-    from harness.backends.cost.model import profile_tokens
 
     engine = EngineSettings.of(engine)
     return profile_tokens(engine, engine.model_len(profile))

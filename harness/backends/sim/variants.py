@@ -32,7 +32,7 @@ from harness.backends.cost.model import CostModel
 from harness.backends.settings import EngineSettings
 from harness.backends.sim import specdec, vision_cache
 from harness.backends.sim.scheduler import Scheduler
-from harness.profile import ModelProfile
+from harness.models import ModelProfile, zoo_profile
 from jenga.baselines.marconi import prefix_flops
 from jenga.registry import check_system_names
 
@@ -71,12 +71,8 @@ class Variant:
 
 
 def draft_profile(name: str) -> ModelProfile:
-    """The draft model's profile from its ``harness/conf/model/<name>.yaml`` (composed like any
-    cell's model group)."""
-    from harness.config import compose_cell
-    from harness.models import load_profile
-
-    return load_profile(compose_cell([f"model={name}"]).model)
+    """The draft model's profile from its ``harness/conf/model/<name>.yaml``."""
+    return zoo_profile(name)
 
 
 def build(cfg, profile: ModelProfile, engine: EngineSettings, gpu, system: str, block_manager: str) -> Variant:

@@ -1,3 +1,4 @@
-"""The real vLLM backend: the engine driver (``engine``), its child process (``worker``), the plan
-and proxy-model config writers (``plan``, ``hf_config``), the CPU check (``tiny``) and the GPU
-Fig. 14 runner (``fig14``)."""
+"""The two vLLM backends: ``vllm_sched`` (``sched``: vLLM's own scheduler and KV cache manager on
+CPU, no model, our step times) and ``vllm`` (the real engine: the driver ``engine`` and its child
+process ``worker``); the plan and proxy-model config writers (``plan``, ``hf_config``), the CPU
+check on tiny checkpoints (``tiny``) and what both backends share (``common``)."""

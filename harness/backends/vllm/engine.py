@@ -30,10 +30,10 @@ from pathlib import Path
 
 from harness.backends.cost.model import profile_tokens
 from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.vllm.common import allocator_name, check_options, hybrid_for_system, runs_plugin
 from harness.backends.vllm.hf_config import write_hf_config
 from harness.backends.vllm.plan import INSTALL_HINT, VllmUnavailable, gpu_available, have_vllm
-from harness.backends.vllm.sched import allocator_name, check_options, hybrid_for_system, runs_plugin
-from harness.profile import ModelProfile
+from harness.models import ModelProfile
 from harness.records import REPO_ROOT, RunResult, summarize_requests
 from harness.workloads.request import Request
 

@@ -1,4 +1,4 @@
-"""Write an HF-style ``config.json`` for a :class:`~harness.profile.ModelProfile`.
+"""Write an HF-style ``config.json`` for a :class:`~harness.models.ModelProfile`.
 
 vLLM runs in this harness use dummy weights (``load_format="dummy"``) so no hub access is needed;
 all vLLM needs from the model directory is a ``config.json`` whose shapes give the same KV cache
@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.profile import ModelProfile
+from harness.models import ModelProfile
 from jenga.spec import ChunkedLocalSpec, MambaSpec, SlidingWindowSpec
 
 _DTYPES = {2: "bfloat16", 4: "float32", 1: "bfloat16"}  # fp8 weights: bf16 dummy + quantization

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.profile import ModelProfile
+from harness.models import ModelProfile
 from jenga.spec import (
     ChunkedLocalSpec,
     FullAttentionSpec,

@@ -8,8 +8,9 @@ throughput is simulated exactly as ``backend=sim``'s and the two differ only by 
 allocator. ``prefix_cache_retention_interval`` is pinned per cell (``backend.options``; default 0,
 what ``vllm serve`` uses) because it changes sliding-window hit rates a lot.
 
-System ↔ vLLM: ``vllm`` → hybrid manager off; ``hybrid_groups`` and ``vllm_current`` → hybrid
-manager on; ``jenga`` and ``jenga_current`` → the jenga_vllm plugin (one group per layer type,
+System ↔ vLLM (``jenga.registry.SystemInfo.vllm_hybrid`` / ``vllm_plugin``, read through
+:mod:`harness.backends.vllm.common`): ``vllm`` → hybrid manager off; ``hybrid_groups`` and
+``vllm_current`` → hybrid manager on; ``jenga`` and ``jenga_current`` → the jenga_vllm plugin (one group per layer type,
 page-layer layout, ``jenga/``'s LCM pool under vLLM's own per-type managers; the record's
 ``allocator`` says ``jenga_lcm``). ``jenga_current`` on ``backend=sim`` is Jenga's LCM pool under
 vLLM 0.32's rules (jenga/baselines/jenga_current.py), which is what the plugin is inside vLLM; the
@@ -28,35 +29,25 @@ from typing import Any
 
 from harness.backends.cost.model import CostModel, profile_tokens
 from harness.backends.settings import EngineSettings, GpuSettings
-from harness.profile import ModelProfile
+from harness.backends.vllm.common import allocator_name, check_options, hybrid_for_system, runs_plugin
+from harness.backends.vllm.plan import (
+    EngineKnobs,
+    layer_name,
+    layer_owners,
+    make_vllm_config,
+    plan_kv_cache,
+    require_vllm,
+    vllm_layer_specs,
+    vllm_versions,
+    write_proxy_model_dir,
+)
+from harness.models import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.workloads.request import Request
-from jenga.registry import check_system_names
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
+from jenga_vllm.invariants import check_invariants
 
-# system (a jenga registry name) -> hybrid KV cache manager on?
-SYSTEM_HYBRID = {"vllm": False, "hybrid_groups": True, "vllm_current": True, "jenga": True, "jenga_current": True,
-                 # issue 22 what-if rules: vLLM 0.32 with the hybrid manager on / off
-                 "vllm_hma": True, "vllm_hma_off": False}
-check_system_names(SYSTEM_HYBRID, "harness.backends.vllm.sched.SYSTEM_HYBRID")
-# systems whose allocator is the jenga_vllm plugin here (backend=vllm_sched and backend=vllm)
-PLUGIN_SYSTEMS = frozenset({"jenga", "jenga_current"})
-check_system_names(PLUGIN_SYSTEMS, "harness.backends.vllm.sched.PLUGIN_SYSTEMS")
 BACKEND_OPTIONS = {"prefix_cache_retention_interval", "waste_every", "max_steps", "scheduler", "check_invariants"}
-JENGA_ALLOCATOR = "jenga_lcm (jenga_vllm plugin: jenga/ LCM pool under vLLM's per-type managers)"
-
-
-def hybrid_for_system(system: str, backend: str) -> bool:
-    """Whether the hybrid manager runs for ``system``; other systems give a clear error."""
-    if system not in SYSTEM_HYBRID:
-        raise ValueError(f"system={system!r} cannot run on backend={backend}: vLLM has no such allocator; "
-                         f"allowed systems: {sorted(SYSTEM_HYBRID)} (use backend=sim for the others)")
-    return SYSTEM_HYBRID[system]
-
-
-def runs_plugin(system: str) -> bool:
-    """Whether ``system`` runs the jenga_vllm plugin on a vLLM backend (:data:`PLUGIN_SYSTEMS`)."""
-    return system in PLUGIN_SYSTEMS
 
 
 def scheduler_options(cfg, options: dict) -> dict:
@@ -72,21 +63,8 @@ def scheduler_options(cfg, options: dict) -> dict:
     return extra
 
 
-def allocator_name(hybrid: bool, jenga: bool = False) -> str:
-    if jenga:
-        return JENGA_ALLOCATOR
-    return "vllm_hybrid_kv_cache_manager" if hybrid else "vllm_kv_cache_manager(hybrid off)"
-
-
-def check_options(options: dict, allowed: set[str], backend: str) -> None:
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        raise ValueError(f"backend.options {unknown} unknown for backend={backend}; allowed: {sorted(allowed)}")
-
-
 def engine_knobs(cfg, profile: ModelProfile, hybrid: bool, retention, scheduler_extra: dict | None = None):
     """The cell's engine settings in vLLM terms (the same token budget rule as ``backend=sim``)."""
-    from harness.backends.vllm.plan import EngineKnobs
     engine = EngineSettings.of(cfg.engine)
     max_len = engine.model_len(profile)
     return EngineKnobs(hybrid=hybrid, block_size=int(engine.tokens_per_page),
@@ -152,16 +130,6 @@ def _needed_and_allocated(sched, bytes_per_block: list[int], group_types) -> tup
 
 def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     """Run one cell through vLLM's scheduler and KV cache manager (contract §4)."""
-    from harness.backends.vllm.plan import (
-        layer_name,
-        layer_owners,
-        make_vllm_config,
-        plan_kv_cache,
-        require_vllm,
-        vllm_layer_specs,
-        vllm_versions,
-        write_proxy_model_dir,
-    )
     system = str(cfg.system.name)
     hybrid = hybrid_for_system(system, "vllm_sched")
     jenga = runs_plugin(system)
@@ -204,7 +172,6 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     alloc = None
     if jenga:
         from jenga_vllm.install import install
-        from jenga_vllm.invariants import check_invariants
         alloc = install(sched.kv_cache_manager, kvc)
     check = bool(options.get("check_invariants", False)) and alloc is not None
     init_none_hash(sha256)

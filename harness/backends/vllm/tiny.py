@@ -8,8 +8,8 @@ so the hybrid KV cache manager makes two KV cache groups.
 
 from __future__ import annotations
 
-from harness.profile import ModelProfile
-from jenga.spec import FullAttentionSpec, SlidingWindowSpec
+from harness.models import ModelProfile
+from jenga.spec import ChunkedLocalSpec, FullAttentionSpec, SlidingWindowSpec
 
 TINY_WINDOW = 256
 
@@ -45,7 +45,6 @@ def tiny_llama4_profile(chunk: int = TINY_CHUNK, name: str = "tiny_llama4") -> M
     MLP on the others, so both of vLLM's Llama 4 feed-forward paths run. fp32, 256 B/token/layer KV.
     Token ids and vocab are small, so ``extra`` overrides Scout's published token ids.
     """
-    from jenga.spec import ChunkedLocalSpec
     kinds = ("chunked", "chunked", "chunked", "full", "chunked")
     bpt = 2 * 1 * 32 * 4
     hidden, inter, expert_inter, vocab, experts = 64, 128, 64, 1024, 4

@@ -23,10 +23,11 @@ import time
 import traceback
 from pathlib import Path
 
+from harness.backends.vllm.plan import describe_kv_cache_config, vllm_versions
+
 
 def _resolved(engine) -> dict:
     """What vLLM decided at start-up, read from the live engine core."""
-    from harness.backends.vllm.plan import describe_kv_cache_config
     vc = engine.vllm_config
     out: dict = {
         "num_gpu_blocks": vc.cache_config.num_gpu_blocks,
@@ -78,8 +79,6 @@ def run(workdir: Path) -> dict:
     from vllm import EngineArgs, SamplingParams
     from vllm.v1.engine.llm_engine import LLMEngine
     from vllm.v1.metrics.loggers import StatLoggerBase
-
-    from harness.backends.vllm.plan import vllm_versions
 
     allowed = {f.name for f in dataclasses.fields(EngineArgs)}
     unknown = sorted(set(spec["engine_args"]) - allowed)

@@ -4,7 +4,7 @@ the ``micro`` kind's report.
     python -m harness.study experiments/micro.yaml [mode=smoke] [seeds=0,1] [--jobs N] [--dry-run]
                             [--launcher inline|joblib|slurm] [--out DIR]        # = make micro
 
-The study file is in the sweep planner's format (:mod:`harness.sweeps.plan`): one ``cells`` entry
+The study file is in the sweep planner's format (:mod:`harness.study.plan`): one ``cells`` entry
 per part (its ``label``), each with its own systems, x axis and seeds. Every cell is an ordinary
 cached record of :func:`harness.run.run_cell`, so :mod:`harness.study` checks, dry-runs, launches
 and resumes it like any sweep; this module only turns the records into the report:
@@ -18,7 +18,7 @@ and resumes it like any sweep; this module only turns the records into the repor
   ``rate``).
 
 Writes ``summary.csv`` (one row per cell and seed, with provenance), ``summary_mean.csv`` (seed
-means and 95 % CIs, :mod:`harness.sweeps.stats`), ``traces.csv`` (the two per-step traces of the
+means and 95 % CIs, :mod:`harness.study.stats`), ``traces.csv`` (the two per-step traces of the
 first seed, decimated, read from each record's ``trace.csv``) and ``micro.png`` + ``micro.pdf`` under
 ``results/micro`` (smoke: ``results/smoke/micro``, ``_smoke`` suffix).
 """
@@ -36,8 +36,9 @@ import pandas as pd
 
 from harness import plots
 from harness.plots import SYSTEM_COLORS, SYSTEM_LABELS, SYSTEM_ORDER
-from harness.sweeps import common, stats
-from harness.sweeps.plan import SweepPlan
+from harness.study import report as rp
+from harness.study import stats
+from harness.study.plan import Plan
 
 PARTS = ("frag_trace", "decode_batch", "prefix_cache", "latency")
 TRACE_PARTS = ("frag_trace", "decode_batch")
@@ -53,7 +54,7 @@ METRICS = ["throughput_req_s", "output_tok_s", "makespan_s", "ttft_mean", "ttft_
 KEYS = ["part", "system", "x"]
 
 
-def check(p: SweepPlan) -> None:
+def check(p: Plan) -> None:
     """Before any cell runs: every cell entry's ``label`` names a part this report knows."""
     unknown = sorted({r.model for r in p.runs} - set(PARTS))
     if unknown:
@@ -67,15 +68,7 @@ def _x(params: dict[str, Any]) -> float | None:
     return float(xs[0]) if xs else None
 
 
-def _trace_path(overrides: list[str]) -> Path:
-    """Where :func:`harness.run.run_cell` wrote this cell's per-step trace (beside record.json)."""
-    from harness.config import compose_cell
-    from harness.run import cell_dir
-
-    return cell_dir(compose_cell(list(overrides))) / "trace.csv"
-
-
-def rows(p: SweepPlan, records: list[dict[str, Any]]) -> pd.DataFrame:
+def rows(p: Plan, records: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per cell and seed, ordered part, system, seed, x. ``trace``: the per-step trace's path
     for the trace parts' first seed (not written to the summary)."""
     check(p)
@@ -91,7 +84,7 @@ def rows(p: SweepPlan, records: list[dict[str, Any]]) -> pd.DataFrame:
                "git_rev": prov.get("git_rev"), "dirty": prov.get("dirty"), "time": prov.get("time"),
                "overrides": " ".join(run.overrides)}
         if run.model in TRACE_PARTS and row["status"] == "ok" and run.seed == first_seed[run.model]:
-            row["trace"] = str(_trace_path(run.overrides))
+            row["trace"] = rec.get("trace_file")   # written by harness.run beside the record
         out.append(row)
     df = pd.DataFrame(out)
     if df.empty:
@@ -121,7 +114,7 @@ def decimated_traces(rows: pd.DataFrame) -> pd.DataFrame:
 
 def means(df: pd.DataFrame) -> pd.DataFrame:
     """One row per part, system and x over its seeds: mean and 95 % CI of each metric, ``seeds`` (ok
-    runs), ``failed`` and the first ``error`` (:func:`harness.sweeps.stats.aggregate`)."""
+    runs), ``failed`` and the first ``error`` (:func:`harness.study.stats.aggregate`)."""
     return stats.aggregate(df, KEYS, METRICS) if len(df) else pd.DataFrame()
 
 
@@ -187,12 +180,12 @@ def plot(df: pd.DataFrame, traces: pd.DataFrame, path: Path, mode: str) -> Path:
     return plots.save(fig, path, dpi=120, bbox_inches=None)
 
 
-def report(p: SweepPlan, records: list[dict[str, Any]], out: Path) -> pd.DataFrame:
+def report(p: Plan, records: list[dict[str, Any]], out: Path) -> pd.DataFrame:
     """summary.csv, summary_mean.csv (seed means, 95 % CIs), traces.csv, micro.png and micro.pdf
     under ``out``."""
     df = rows(p, records)
     out.mkdir(parents=True, exist_ok=True)
-    sfx = common.suffix(p)
+    sfx = rp.suffix(p)
     traces = decimated_traces(df)
     traces.to_csv(out / f"traces{sfx}.csv", index=False)
     df = df.drop(columns=["trace"], errors="ignore")
@@ -201,17 +194,9 @@ def report(p: SweepPlan, records: list[dict[str, Any]], out: Path) -> pd.DataFra
     agg.to_csv(out / f"summary_mean{sfx}.csv", index=False)
     cols = ["part", "system", "x", "seeds", "throughput_req_s", "ttft_mean", "tpot_mean", "e2e_mean",
             "mean_decode_batch", "num_steps", "waste_fraction", "prefix_hit_rate"]
-    common.print_table(agg, cols)
+    rp.print_table(agg, cols)
     fig = out / f"{p.name}{sfx}.png"
     plot(df, traces, fig, p.mode)
     print(f"figure: {fig}")
     return df
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.study`` for a micro study file (another kind's file is refused)."""
-    from harness import cli
-    from harness.study import driver
-
-    cli.load_study_file(cli.parse(driver.parser(), argv).experiment, __name__)
-    return driver.main(argv)

@@ -1,4 +1,5 @@
-"""Fig. 14's cells on a real GPU with the real vLLM engine (``make gpu-fig14``, scripts/gpu_fig14.sh).
+"""The Fig. 14 launcher for a real GPU (``make gpu-fig14``, scripts/gpu_fig14.sh): it writes a figure-kind
+study file of Fig. 14's cells for the real vLLM engine and runs it through the study pipeline.
 
 Takes ``experiments/fig14.yaml`` (the artifact's settings per model), keeps the cells vLLM can
 serve from a written ``config.json`` with dummy weights and that fit the visible GPUs, and runs
@@ -14,7 +15,7 @@ generated experiment file and the summary go to ``results/fig14_vllm/`` (never o
 simulator's reference outputs). ``--dry-run`` writes nothing under the repository: it puts the
 experiment file in a fresh temporary directory (printed) and stops, so ``git status`` stays clean.
 
-    python -m harness.backends.vllm.fig14 [--gpu h100] [--num-gpus N] [--dry-run] [extra overrides ...]
+    python -m harness.study.gpu_fig14 [--gpu h100] [--num-gpus N] [--dry-run] [extra overrides ...]
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from pathlib import Path
 
 import yaml
 
+from harness.backends.vllm.hf_config import HFConfigError, hf_config_dict
+from harness.config import compose_cell
+from harness.models import load_profile
 from harness.records import REPO_ROOT
+from harness.study import cli
 
 OUT = REPO_ROOT / "results" / "fig14_vllm"
 
@@ -41,9 +46,6 @@ def visible_gpus() -> int:
 
 def servable(model: str) -> str | None:
     """None if vLLM can serve ``model`` from a written config.json, else the reason."""
-    from harness.backends.vllm.hf_config import HFConfigError, hf_config_dict
-    from harness.config import compose_cell
-    from harness.models import load_profile
     try:
         hf_config_dict(load_profile(compose_cell([f"model={model}"]).model))
     except HFConfigError as e:
@@ -107,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped {s}")
     if a.dry_run:
         return 0
-    from harness.study.driver import main as study_main
-    return study_main([str(path), f"gpu={a.gpu}", "backend=vllm", *a.overrides, "--jobs", "1",
+    return cli.main([str(path), f"gpu={a.gpu}", "backend=vllm", *a.overrides, "--jobs", "1",
                             "--out", str(OUT)])
 
 

@@ -1,6 +1,6 @@
-"""What the specdec, vlm_embed and mamba_prefix reports share: the report itself
-(:func:`summarize_write_plot`), the record fields their per-seed rows keep, the file names, and the
-bar figures' CI whiskers, legend and "simulated" title."""
+"""What every study report shares: file names, tables, the means table, figure footers, and the
+whole ``report()`` of the bar-figure kinds (specdec, vlm_embed, mamba_prefix,
+:func:`summarize_write_plot`). Reports read records only (never recompose a cell)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness import plots
-from harness.sweeps import common, stats
-from harness.sweeps.plan import SweepPlan
+from harness.study import stats
+from harness.study.plan import Plan
 
 # Record metrics a study's per-seed row keeps beyond stats.ROW_FIELDS (contract §4's latency
 # percentiles, token counts), so summary.csv holds every metric of the record.
@@ -21,25 +22,63 @@ RECORD_FIELDS = ("total_tok_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", 
                  "prompt_tokens", "recomputed_tokens", "simulated_s")
 
 
+def suffix(p: Plan) -> str:
+    """``_smoke``/``_<gpu>``/``_<backend>`` for runs other than the study's default (:meth:`Plan.suffix`)."""
+    return p.suffix()
+
+
+def write_csv(df: pd.DataFrame, out: Path, stem: str, p: Plan) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}{suffix(p)}.csv"
+    df.to_csv(path, index=False, float_format="%.6g")
+    return path
+
+
+def means_table(summary: pd.DataFrame, by: list[str], system_col: str = "system") -> pd.DataFrame:
+    """Geometric and arithmetic means of the seed-mean speedups per ``by`` group (non-baseline rows)."""
+    rows = []
+    s = summary[summary[system_col] != summary.get("baseline", "vllm")] if "baseline" in summary else summary
+    for key, g in s.groupby(by, sort=False):
+        rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))), **stats.means(g["speedup"])})
+    return pd.DataFrame(rows)
+
+
+def footer(fig: plt.Figure, p: Plan) -> None:
+    """Provenance line under every figure: simulated, GPU, mode, seeds."""
+    seeds = sorted({r.seed for r in p.runs})
+    fig.text(0.01, 0.005, f"simulated (sim backend, {p.gpu.upper()}), mode={p.mode}, seeds={seeds}; "
+             f"mean ± 95% CI over seeds; study file experiments/{p.name}.yaml", fontsize=7, color="#555555")
+
+
+def save(fig: plt.Figure, out: Path, p: Plan) -> Path:
+    """``<out>/<study>[_suffix].png`` and ``.pdf`` (:func:`harness.plots.save`)."""
+    return plots.save(fig, figure_path(p, out))
+
+
+def print_table(df: pd.DataFrame, cols: list[str]) -> None:
+    with pd.option_context("display.width", 220, "display.max_columns", 30, "display.max_rows", 400):
+        print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
 def override(run, key: str):
     """The value of ``key=...`` among a planned run's overrides (a string), None if absent."""
     return next((o.split("=", 1)[1] for o in run.overrides if o.split("=", 1)[0] == key), None)
 
 
-def write(df: pd.DataFrame, agg: pd.DataFrame, p: SweepPlan, out: Path) -> None:
+def write(df: pd.DataFrame, agg: pd.DataFrame, p: Plan, out: Path) -> None:
     """``summary.csv`` (one row per cell and seed, full precision, with provenance) and
     ``summary_mean.csv`` (seed means, 95 % CIs), ``_smoke``-suffixed in smoke mode; prints the means."""
     out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / f"summary{common.suffix(p)}.csv", index=False)
-    agg.to_csv(out / f"summary_mean{common.suffix(p)}.csv", index=False)
-    common.print_table(agg, [c for c in agg if not c.endswith(("_ci_lo", "_ci_hi")) and c not in stats.PROVENANCE])
+    df.to_csv(out / f"summary{suffix(p)}.csv", index=False)
+    agg.to_csv(out / f"summary_mean{suffix(p)}.csv", index=False)
+    print_table(agg, [c for c in agg if not c.endswith(("_ci_lo", "_ci_hi")) and c not in stats.PROVENANCE])
 
 
-def figure_path(p: SweepPlan, out: Path) -> Path:
-    return out / f"{p.name}{common.suffix(p)}.png"
+def figure_path(p: Plan, out: Path) -> Path:
+    return out / f"{p.name}{suffix(p)}.png"
 
 
-def summarize_write_plot(p: SweepPlan, records: list[dict], out: Path, summarize, plot, *plot_args) -> pd.DataFrame:
+def summarize_write_plot(p: Plan, records: list[dict], out: Path, summarize, plot, *plot_args) -> pd.DataFrame:
     """The whole ``report()`` of specdec, vlm_embed and mamba_prefix: ``summarize(p, records)`` ->
     (per-seed rows, seed means), :func:`write` both, ``plot(rows, figure path, mode, *plot_args)``;
     prints the figure's path and returns the means."""

@@ -1,6 +1,6 @@
-"""LCM blow-up table and churn report (issue 6 item 7).
+"""LCM blow-up table and churn report.
 
-The table covers every model config of the zoo (``harness.tools.pages.geometry``): per layer type its
+The table covers every model config of the zoo (``harness.tools.pages.zoo_frame``): per layer type its
 small page, the model's LCM large page and the type's large/small ratio — the number of small
 pages a request of that type may strand in one large page. The churn part summarises, per model,
 request rate and system, the time-averaged large-page occupancy and the share of allocations that
@@ -16,36 +16,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.sweeps import common, stats
-from harness.sweeps.plan import SweepPlan
+from harness.study import report as rp
+from harness.study import stats
+from harness.study.plan import Plan
 
 ALLOC_PATHS = ("request_hit", "new_large", "evict_large", "steal", "any_free_small", "evict_small")
 FALLBACK = ("steal", "any_free_small", "evict_small")
 
 
-def zoo_table(tokens_per_page: int = 16, models: list[str] | None = None) -> pd.DataFrame:
-    """One row per (model, layer type) of every model config in ``harness/conf/model`` (or of
-    ``models``)."""
-    from harness.config import compose_cell, options
-    from harness.models import load_profile
-    from harness.tools.pages import geometry, split_mamba_ratio
-
-    rows = []
-    for name in models or options("model"):
-        prof = load_profile(compose_cell([f"model={name}"]).model)
-        g = geometry(prof, tokens_per_page)
-        split = split_mamba_ratio(prof, tokens_per_page)
-        for r in g.rows:
-            rows.append({"model": name, "type": r.name, "kind": r.kind, "layers": r.layers,
-                         "compute_layers": r.compute_layers, "bytes_per_token": r.bytes_per_token,
-                         "small_page_bytes": r.small_page_bytes, "large_page_bytes": g.large_page_bytes,
-                         "ratio": r.ratio, "model_max_ratio": g.max_ratio, "max_page_tokens": r.max_page_tokens,
-                         "artifact_layout_ratio": split[0] if split else None,
-                         "tokens_per_page": tokens_per_page})
-    return pd.DataFrame(rows)
-
-
-def churn_rows(p: SweepPlan, records: list[dict]) -> pd.DataFrame:
+def churn_rows(p: Plan, records: list[dict]) -> pd.DataFrame:
     df = stats.rows(p.runs, records)
     counts = df[[f"path_{k}" for k in ALLOC_PATHS]].apply(pd.to_numeric, errors="coerce").fillna(0)
     total = counts.sum(axis=1).replace(0, np.nan)
@@ -58,7 +37,7 @@ def churn_rows(p: SweepPlan, records: list[dict]) -> pd.DataFrame:
     return df
 
 
-def plot(table: pd.DataFrame, summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
+def plot(table: pd.DataFrame, summary: pd.DataFrame, p: Plan, out: Path) -> Path:
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 6.2), gridspec_kw={"width_ratios": [1.1, 1, 1]})
     per_model = table.groupby("model", sort=False)["model_max_ratio"].max().sort_values()
     ax1.barh(per_model.index, per_model.to_numpy(), color=["#d62728" if v > 8 else "#1f77b4" for v in per_model])
@@ -92,14 +71,16 @@ def plot(table: pd.DataFrame, summary: pd.DataFrame, p: SweepPlan, out: Path) ->
              "w/o request-aware (dashed) this is the normal path", transform=ax3.transAxes, fontsize=7)
     fig.suptitle(f"LCM page geometry and the two-level allocator under churn on {p.gpu.upper()} (simulated); "
                  "no published values", fontsize=9)
-    common.footer(fig, p)
+    rp.footer(fig, p)
     fig.tight_layout(rect=(0, 0.03, 1, 0.95))
-    return common.save(fig, out, p)
+    return rp.save(fig, out, p)
 
 
-def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
-    table = zoo_table(int(p.study.get("tokens_per_page", 16)), p.study.get("zoo"))
-    common.write_csv(table, out, "lcm_table", p)
+def report(p: Plan, records: list[dict], out: Path, zoo_geometry: pd.DataFrame) -> pd.DataFrame:
+    """``zoo_geometry``: the LCM page geometry of every zoo model (:func:`harness.tools.pages.zoo_frame`),
+    written by the study runner (a kind input, :mod:`harness.study.inputs`)."""
+    table = zoo_geometry
+    rp.write_csv(table, out, "lcm_table", p)
     worst = table.sort_values("model_max_ratio", ascending=False).drop_duplicates("model").head(5)
     print("largest LCM blow-ups: " + ", ".join(f"{r.model} {r.model_max_ratio}×" for r in worst.itertuples()))
     df = churn_rows(p, records)
@@ -107,12 +88,12 @@ def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
                "waste_fraction", "waste_fragmentation", "preemptions"] + [f"frac_{k}" for k in ALLOC_PATHS]
     df = stats.add_speedup(df, ["model", "rate"])
     summary = stats.aggregate(df, ["model", "rate", "system", "baseline"], metrics + ["speedup"])
-    common.write_csv(summary, out, "summary", p)
-    common.print_table(summary, ["model", "rate", "system", "throughput_req_s", "large_page_occupancy",
+    rp.write_csv(summary, out, "summary", p)
+    rp.print_table(summary, ["model", "rate", "system", "throughput_req_s", "large_page_occupancy",
                                  "frac_request_hit", "frac_new_large", "frac_evict_large", "frac_fallback",
                                  "retry_tight_per_1k", "seeds", "failed"])
-    m = common.means_table(summary, ["model"])
-    common.write_csv(m, out, "means", p)
+    m = rp.means_table(summary, ["model"])
+    rp.write_csv(m, out, "means", p)
     for r in m.itertuples():
         if not math.isnan(r.geo_mean):
             print(f"{r.model}: Jenga / Jenga w/o request-aware throughput, geometric mean {r.geo_mean:.3f}, "

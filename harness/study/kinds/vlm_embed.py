@@ -21,9 +21,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness.studies import report as rp
-from harness.sweeps import stats
-from harness.sweeps.plan import SweepPlan
+from harness.study import report as rp
+from harness.study import stats
+from harness.study.plan import Plan
 
 LABELS = {"reencode": "re-run vision encoder (vLLM v0 baseline)", "keep": "keep embeddings in pool",
           "jenga": "Jenga (free once consumed)"}
@@ -34,7 +34,7 @@ KEYS = ["model", "variant", "system", "request_rate"]
 EXTRA = ("encoder_tokens", "image_tokens", "encoder_runs_per_image_token", "peak_allocated_gib", *rp.RECORD_FIELDS)
 
 
-def summarize(p: SweepPlan, records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def summarize(p: Plan, records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-seed rows (``variant``: the study's system label; ``system``: the registry system it runs)
     and seed means."""
     df = stats.rows(p.runs, records, EXTRA).drop(columns="baseline")
@@ -93,5 +93,5 @@ def plot(df: pd.DataFrame, path: Path, mode: str) -> Path:
                      "per-system values", path)
 
 
-def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
+def report(p: Plan, records: list[dict], out: Path) -> pd.DataFrame:
     return rp.summarize_write_plot(p, records, out, summarize, plot)

@@ -1,4 +1,4 @@
-"""Ablation ladder report (issue 6 item 3): vllm → max_page → hybrid_groups → static_partition →
+"""Ablation ladder report: vllm → max_page → hybrid_groups → static_partition →
 jenga_no_request_aware → jenga → oracle, per model, normalised to the model's baseline.
 
 Attribution (per model, on the log scale of the seed-mean speedups): ``freeing_share`` =
@@ -17,9 +17,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness.analysis import paper_model, paper_table
 from harness.plots import SYSTEM_COLORS, SYSTEM_LABELS, paper_name
-from harness.sweeps import common, stats
-from harness.sweeps.plan import SweepPlan
+from harness.study import report as rp
+from harness.study import stats
+from harness.study.plan import Plan
 
 LADDER = ["vllm", "max_page", "hybrid_groups", "static_partition", "jenga_no_request_aware", "jenga", "oracle"]
 METRICS = ["throughput_req_s", "speedup", "waste_fraction", "waste_unneeded", "waste_fragmentation",
@@ -27,8 +29,6 @@ METRICS = ["throughput_req_s", "speedup", "waste_fraction", "waste_unneeded", "w
 
 
 def _paper(summary: pd.DataFrame, gpu: str) -> pd.Series:
-    from harness.analysis import paper_model, paper_table
-
     t = paper_table("fig14", gpu)
     if t.empty:
         return pd.Series([np.nan] * len(summary), index=summary.index)
@@ -61,7 +61,7 @@ def attribution(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(summary: pd.DataFrame, p: SweepPlan, out: Path, means: pd.DataFrame) -> Path:
+def plot(summary: pd.DataFrame, p: Plan, out: Path, means: pd.DataFrame) -> Path:
     models = list(dict.fromkeys(summary["model"]))
     fig, ax = plt.subplots(figsize=(max(9.0, 1.9 * len(models) + 2), 5.0))
     w, pos, centers, seen, ymax = 0.11, 0.0, [], set(), 1.0
@@ -106,12 +106,12 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path, means: pd.DataFrame) ->
                f"hybrid groups {h.geo_mean.iloc[0]:.2f}× (arith {h.arith_mean.iloc[0]:.2f}×)")
     ax.set_title(f"Ablation ladder on {p.gpu.upper()} (simulated): what per-type freeing vs the LCM allocator buys"
                  f"{txt}", fontsize=9, pad=40)
-    common.footer(fig, p)
+    rp.footer(fig, p)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    return common.save(fig, out, p)
+    return rp.save(fig, out, p)
 
 
-def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
+def report(p: Plan, records: list[dict], out: Path) -> pd.DataFrame:
     df = stats.add_speedup(stats.rows(p.runs, records), ["model"])
     summary = stats.aggregate(df, ["model", "system", "baseline"], METRICS)
     if summary.empty:
@@ -120,19 +120,19 @@ def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
     summary = summary.sort_values(["model", "rung"], kind="stable")
     # Smoke cells are tiny: no comparison with the paper's bars.
     summary["paper_speedup"] = _paper(summary, p.gpu).to_numpy() if p.mode != "smoke" else np.nan
-    common.write_csv(summary, out, "summary", p)
-    common.print_table(summary, ["model", "system", "throughput_req_s", "speedup", "speedup_ci_lo", "speedup_ci_hi",
+    rp.write_csv(summary, out, "summary", p)
+    rp.print_table(summary, ["model", "system", "throughput_req_s", "speedup", "speedup_ci_lo", "speedup_ci_hi",
                                  *(["paper_speedup"] if p.mode != "smoke" else []), "waste_fraction", "preemptions",
                                  "seeds", "failed"])
-    means = common.means_table(summary[summary["system"] != summary["baseline"]], ["system"])
-    common.write_csv(means, out, "means", p)
+    means = rp.means_table(summary[summary["system"] != summary["baseline"]], ["system"])
+    rp.write_csv(means, out, "means", p)
     print("\nspeedup over the baseline, across models (geometric / arithmetic mean):")
     for r in means.itertuples():
         print(f"  {r.system:<24} {r.geo_mean:.3f} / {r.arith_mean:.3f}  ({r.n} models)")
     att = attribution(summary)
-    common.write_csv(att, out, "attribution", p)
+    rp.write_csv(att, out, "attribution", p)
     print("\nshare of Jenga's (log) gain already reached by per-type freeing without LCM (hybrid_groups):")
-    common.print_table(att, ["model", "jenga", "hybrid_groups", "jenga_no_request_aware", "oracle", "freeing_share",
+    rp.print_table(att, ["model", "jenga", "hybrid_groups", "jenga_no_request_aware", "oracle", "freeing_share",
                              "request_aware_share", "oracle_headroom"])
     print(f"figure: {plot(summary, p, out, means)}")
     return summary

@@ -1,4 +1,4 @@
-"""Image/text-mix sweep report (issue 6 item 2): uniform-paging waste, analytic and simulated, and
+"""Image/text-mix sweep report: uniform-paging waste, analytic and simulated, and
 Jenga's speedup against the image share ``I / (T + I)`` of Llama-3.2-11B-Vision requests.
 
 The analytic waste of a cell is computed over its actual requests (seed 0's workload):
@@ -15,76 +15,50 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.sweeps import common, stats
-from harness.sweeps.plan import SweepPlan
+from harness.analysis import paper_table
+from harness.study import report as rp
+from harness.study import stats
+from harness.study.plan import Plan
 
 METRICS = ["throughput_req_s", "speedup", "waste_fraction", "waste_unneeded", "waste_fragmentation",
            "mean_decode_batch", "preemptions", "kv_capacity_bytes"]
 PAPER_POINT = (43, 6193, 0.796)   # Jenga arXiv v1 §3.2: 43 text + 6193 image tokens → 79.6 % waste
 
 
-def _profile(overrides: list[str]):
-    from harness.config import compose_cell
-    from harness.models import load_profile
-
-    cfg = compose_cell(overrides)
-    return cfg, load_profile(cfg.model)
-
-
-def workload_waste(overrides: list[str]) -> float:
-    """Analytic uniform-paging waste over one cell's requests (at their prompts)."""
-    from harness.tools.waste import analytic_waste
-    from harness.workloads import build_workload
-
-    cfg, prof = _profile(overrides)
-    uniform = ideal = 0
-    for r in build_workload(cfg):
-        w = analytic_waste(prof, r.prompt_len, r.num_image_tokens)
-        uniform += w.uniform_bytes
-        ideal += w.ideal_bytes
-    return (uniform - ideal) / uniform if uniform else 0.0
-
-
-def analytic_curve(model_overrides: list[str], text: int, images: np.ndarray) -> np.ndarray:
-    """Analytic waste for ``text`` text tokens and each image-token count in ``images``."""
-    from harness.tools.waste import analytic_waste
-
-    _, prof = _profile(model_overrides)
-    return np.array([analytic_waste(prof, text, int(i)).waste_fraction for i in images])
-
-
-def summarize(p: SweepPlan, records: list[dict]) -> pd.DataFrame:
+def summarize(p: Plan, records: list[dict]) -> pd.DataFrame:
     df = stats.add_speedup(stats.rows(p.runs, records), ["model", "image", "text"])
     out = stats.aggregate(df, ["model", "image", "text", "system", "baseline"], METRICS)
     img, txt = out["image"].astype(float), out["text"].astype(float)
     out["image_share"] = img / (img + txt)
-    first = {}
-    for r in p.runs:
-        first.setdefault((r.model, r.params["image"], r.params["text"]), r.overrides)
-    out["analytic_waste_vllm"] = [workload_waste(first[(r.model, r.image, r.text)]) for r in out.itertuples()]
+    # The analytic uniform-paging waste of each grid point's workload, as its cell recorded it
+    # (harness.run: record["workload"]); the point's first run that has it.
+    first: dict[tuple, float] = {}
+    for r, rec in zip(p.runs, records):
+        waste = (rec.get("workload") or {}).get("analytic_waste_uniform")
+        if waste is not None:
+            first.setdefault((r.model, r.params["image"], r.params["text"]), waste)
+    out["analytic_waste_vllm"] = [first.get((r.model, r.image, r.text), np.nan) for r in out.itertuples()]
     return out
 
 
 def _paper_speedup(gpu: str) -> float | None:
-    from harness.analysis import paper_table
-
     t = paper_table("fig14", gpu)
     t = t[t["paper_model"] == "mllama"].set_index("system")
     return float(t.loc["jenga", "paper_speedup"]) if "jenga" in t.index else None
 
 
-def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
+def plot(summary: pd.DataFrame, p: Plan, out: Path, curves: dict[int, tuple[np.ndarray, np.ndarray]]) -> Path:
+    """``curves``: text tokens -> (image tokens, analytic waste) (:func:`harness.study.inputs.analytic_curves`)."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 6.0))
-    model_ov = [o for o in p.runs[0].overrides if o.startswith("model=")]
-    images = np.arange(0, 6405, 64)
     texts = sorted({int(float(t)) for t in summary["text"]})
     grid = summary[summary["model"] == p.runs[0].model]
     grid_texts = sorted({int(float(t)) for t in grid["text"]})
     for i, t in enumerate(grid_texts or texts):
         # For mllama the analytic waste depends on the image share only (every curve coincides);
         # draw each text length anyway so a model where it does not would show it.
+        images, waste = curves[t]
         share = images / (images + t)
-        ax1.plot(share, 100 * analytic_curve(model_ov, t, images), color="gray", linewidth=1.2, alpha=0.8,
+        ax1.plot(share, 100 * waste, color="gray", linewidth=1.2, alpha=0.8,
                  label="analytic, text " + ", ".join(map(str, grid_texts)) + " tokens (curves coincide)"
                  if i == 0 else None)
     v = summary[summary["system"] == "vllm"]
@@ -124,24 +98,26 @@ def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
     fig.suptitle(f"Image/text-mix sweep, Llama-3.2-11B-Vision on {p.gpu.upper()} (simulated): "
                  "image tokens 0-6404, text tokens " + ", ".join(map(str, grid_texts)) + " (+ MMMU-pro, chat mix)",
                  fontsize=9)
-    common.footer(fig, p)
+    rp.footer(fig, p)
     fig.tight_layout(rect=(0, 0.03, 1, 0.95))
-    return common.save(fig, out, p)
+    return rp.save(fig, out, p)
 
 
-def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
+def report(p: Plan, records: list[dict], out: Path, analytic_curves: dict) -> pd.DataFrame:
+    """``analytic_curves``: the main model's analytic waste per text length, computed by the study
+    runner (a kind input, :func:`harness.study.inputs.analytic_curves`)."""
     summary = summarize(p, records)
-    common.write_csv(summary, out, "summary", p)
+    rp.write_csv(summary, out, "summary", p)
     j = summary[summary["system"] == "jenga"].sort_values("image_share")
-    common.print_table(j, ["model", "image", "text", "image_share", "analytic_waste_vllm", "waste_fraction",
+    rp.print_table(j, ["model", "image", "text", "image_share", "analytic_waste_vllm", "waste_fraction",
                            "speedup", "speedup_ci_lo", "speedup_ci_hi", "seeds", "failed"])
     v = summary[summary["system"] == "vllm"].set_index(["model", "image", "text"])["waste_fraction"]
     print("\nsimulated vLLM waste per point:", ", ".join(f"{k[1]}/{k[2]}: {100 * x:.1f}%" for k, x in v.items()))
-    m = common.means_table(summary, ["system"])
-    common.write_csv(m, out, "means", p)
+    m = rp.means_table(summary, ["system"])
+    rp.write_csv(m, out, "means", p)
     for r in m.itertuples():
         print(f"Jenga speedup over the mix grid: geometric mean {r.geo_mean:.3f}, arithmetic mean {r.arith_mean:.3f} "
               f"({r.n} points)")
     if len(summary):
-        print(f"figure: {plot(summary, p, out)}")
+        print(f"figure: {plot(summary, p, out, analytic_curves)}")
     return summary

@@ -22,9 +22,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness.studies import report as rp
-from harness.sweeps import stats
-from harness.sweeps.plan import SweepPlan
+from harness.study import report as rp
+from harness.study import stats
+from harness.study.plan import Plan
 
 LABELS = {"jenga_512": "Jenga, every 512 tokens", "jenga_1024": "Jenga, every 1024 tokens",
           "marconi_lru": "Marconi admission, LRU", "marconi": "Marconi admission + FLOP-aware eviction"}
@@ -35,7 +35,7 @@ KEYS = ["workload", "variant", "system"]
 EXTRA = ("checkpoints_admitted", "mean_cached_gib", *rp.RECORD_FIELDS)
 
 
-def summarize(p: SweepPlan, records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def summarize(p: Plan, records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-seed rows (``variant``: the study's system label; ``system``: the registry system it runs;
     ``checkpoint_interval`` for Jenga, ``flop_alpha`` for Marconi) and seed means."""
     df = stats.rows(p.runs, records, EXTRA).drop(columns="baseline")
@@ -74,5 +74,5 @@ def plot(df: pd.DataFrame, path: Path, mode: str, note: str) -> Path:
                      "no values here", path, ncol=len(variants))
 
 
-def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
+def report(p: Plan, records: list[dict], out: Path) -> pd.DataFrame:
     return rp.summarize_write_plot(p, records, out, summarize, plot, p.study.get("plot_note", ""))

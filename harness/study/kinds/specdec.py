@@ -20,9 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness.studies import report as rp
-from harness.sweeps import stats
-from harness.sweeps.plan import SweepPlan
+from harness.study import report as rp
+from harness.study import stats
+from harness.study.plan import Plan
 
 LABELS = {"per_model_split": "per-model split (vLLM)", "max_page": "max page", "jenga": "Jenga"}
 COLORS = {"per_model_split": "#7f7f7f", "max_page": "#ff7f0e", "jenga": "#1f77b4"}
@@ -32,7 +32,7 @@ KEYS = ["target", "draft", "system"]
 EXTRA = ("accepted_per_proposal", "tokens_per_decode_step", *rp.RECORD_FIELDS)
 
 
-def summarize(p: SweepPlan, records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def summarize(p: Plan, records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-seed rows (``target`` = the cell's model, ``draft`` its engine.draft_model) and seed means."""
     df = stats.rows(p.runs, records, EXTRA).drop(columns="baseline").rename(columns={"model": "target"})
     df.insert(1, "draft", [rp.override(r, "engine.draft_model") for r in p.runs])
@@ -81,5 +81,5 @@ def plot(df: pd.DataFrame, path: Path, mode: str) -> Path:
                      "per-system values", path)
 
 
-def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
+def report(p: Plan, records: list[dict], out: Path) -> pd.DataFrame:
     return rp.summarize_write_plot(p, records, out, summarize, plot)

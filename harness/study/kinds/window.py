@@ -1,4 +1,4 @@
-"""Window-length sweep report (issue 6 item 1): speedup and waste against request length / window.
+"""Window-length sweep report: speedup and waste against request length / window.
 
 Rows: model × window × length × system, seed means with 95 % CIs. The figure plots speedup and
 waste against the request length with one line per window (the window and the length are separate
@@ -14,35 +14,33 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.sweeps import common, stats
-from harness.sweeps.plan import SweepPlan
+from harness.plots import FONT, paper_name, save
+from harness.study import report as rp
+from harness.study import stats
+from harness.study.plan import Plan
 
 METRICS = ["throughput_req_s", "speedup", "waste_fraction", "waste_unneeded", "waste_fragmentation",
            "mean_decode_batch", "preemptions", "num_ignored"]
 MARKERS = ["o", "s", "^", "D", "v", "P"]
 
 
-def summarize(p: SweepPlan, records: list[dict]) -> pd.DataFrame:
+def summarize(p: Plan, records: list[dict]) -> pd.DataFrame:
     df = stats.add_speedup(stats.rows(p.runs, records), ["model", "window", "length"])
     out = stats.aggregate(df, ["model", "window", "length", "system", "baseline"], METRICS)
     out["length_over_window"] = out["length"].astype(float) / out["window"].astype(float)
     return out
 
 
-def plot(summary: pd.DataFrame, p: SweepPlan, out: Path) -> Path:
+def plot(summary: pd.DataFrame, p: Plan, out: Path) -> Path:
     """:func:`draw` saved as ``<out>/window_sweep[_suffix].png`` and ``.pdf``."""
-    from harness.plots import save
-
-    return save(draw(summary, p), out / f"{p.name}{common.suffix(p)}.png")
+    return save(draw(summary, p), out / f"{p.name}{rp.suffix(p)}.png")
 
 
-def draw(summary: pd.DataFrame, p: SweepPlan) -> plt.Figure:
+def draw(summary: pd.DataFrame, p: Plan) -> plt.Figure:
     """Two rows of panels, one column per model: Jenga's speedup over vLLM (95 % CI) and both
     systems' KV waste against the request length, one line per sliding window. The window and the
     length are separate axes (a 4096/512 and a 32768/4096 cell share a ratio, not a point); a
     marker sits where the request length equals the window."""
-    from harness.plots import FONT, paper_name
-
     models = list(dict.fromkeys(summary["model"]))
     windows = sorted(set(summary["window"]))
     with plt.rc_context(FONT):
@@ -82,19 +80,19 @@ def draw(summary: pd.DataFrame, p: SweepPlan) -> plt.Figure:
                    frameon=False)
         fig.suptitle(f"Window-length sweep on {p.gpu.upper()} (simulated), mode={p.mode}; mean of seeds, 95 % CI; "
                      "no published values", y=1.08)
-        common.footer(fig, p)
+        rp.footer(fig, p)
         fig.tight_layout(rect=(0, 0.03, 1, 1))
         return fig
 
 
-def report(p: SweepPlan, records: list[dict], out: Path) -> pd.DataFrame:
+def report(p: Plan, records: list[dict], out: Path) -> pd.DataFrame:
     summary = summarize(p, records)
-    common.write_csv(summary, out, "summary", p)
+    rp.write_csv(summary, out, "summary", p)
     j = summary[summary["system"] == "jenga"]
-    common.print_table(j, ["model", "window", "length", "length_over_window", "speedup", "speedup_ci_lo",
+    rp.print_table(j, ["model", "window", "length", "length_over_window", "speedup", "speedup_ci_lo",
                            "speedup_ci_hi", "waste_fraction", "seeds", "failed"])
-    m = common.means_table(summary, ["model"])
-    common.write_csv(m, out, "means", p)
+    m = rp.means_table(summary, ["model"])
+    rp.write_csv(m, out, "means", p)
     print("\nJenga speedup over the grid per model (geometric / arithmetic mean):")
     for r in m.itertuples():
         print(f"  {r.model}: {r.geo_mean:.3f} / {r.arith_mean:.3f} over {r.n} points")

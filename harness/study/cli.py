@@ -1,0 +1,194 @@
+"""``python -m harness.study``: the one entry point of every study.
+
+    python -m harness.study experiments/<name>.yaml [key=value ...] [--jobs N] [--force] [--out DIR]
+                            [--dry-run] [--no-progress] [--launcher inline|joblib|slurm] [--hydra "..."]
+
+plan (cells × axes × systems × seeds, :mod:`harness.study.plan`; the file's ``kind:`` picks the
+report, :mod:`harness.study.kinds`) → every cell's config composed and checked before the first runs
+(:func:`check_cells`; a typo is one error and nothing is written) → run (:mod:`harness.study.run`:
+``--launcher inline`` is a joblib pool in this process, ``joblib`` Hydra's joblib launcher,
+``slurm`` Hydra's submitit launcher, one Slurm job per cell — ``--hydra
+"hydra.launcher.partition=..."``) → the kind's report (summary CSV with seed means and 95 % CIs,
+figure). Cells are cached records, so an interrupted study resumes; ``--force`` reruns them.
+
+Overrides: ``mode=smoke`` (small cells; outputs under ``results/smoke/<name>``), ``seeds=0,1,2``
+(replaces the file's seeds), ``gpu=l4``, and any Hydra cell override (``dataset.num_requests=8``).
+Flags and overrides mix in any order. Errors are one ``error:`` line and exit status 2
+(:func:`guard`); ctrl-C stops the pool (exit 130) and a rerun resumes from the finished records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from yaml import YAMLError
+
+from harness.config import ConfigError, compose_cell, options, validate
+from harness.records import REPO_ROOT, finished_record
+from harness.run import cell_dir
+from harness.study import plan as planner
+from harness.study import run
+from harness.study.kinds import DEFAULT_KIND, KINDS
+from harness.study.run import LAUNCHERS
+
+
+class UsageError(ValueError):
+    """A bad command line or study file: one message, exit status 2, nothing written."""
+
+
+# -- arguments ---------------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m harness.study``."""
+    ap = argparse.ArgumentParser(prog="python -m harness.study", description=__doc__.strip().split("\n")[0])
+    ap.add_argument("experiment", help="the study file (experiments/<name>.yaml)")
+    ap.add_argument("overrides", nargs="*", help="key=value: mode=smoke, seeds=0,1, gpu=l4, Hydra cell overrides")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: every core)")
+    ap.add_argument("--force", action="store_true", help="rerun cells even if a finished record exists")
+    ap.add_argument("--out", default=None, help="summary/figure folder (default results/<name>; smoke: results/smoke/<name>)")
+    ap.add_argument("--dry-run", action="store_true", help="list the cells (and which are cached) and run nothing")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--launcher", choices=LAUNCHERS, default="inline",
+                    help="inline: joblib pool here (default); joblib: Hydra's joblib launcher; slurm: submitit on "
+                    "Slurm; submitit_local: the same submitit code path, jobs as local processes")
+    ap.add_argument("--hydra", default="", help="extra Hydra overrides for the launcher, space-separated "
+                    "(e.g. 'hydra.launcher.partition=cpu hydra.launcher.timeout_min=20')")
+    return ap
+
+
+def parse(ap: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Flags and overrides in any order; every positional after the file must be ``key=value``."""
+    args = ap.parse_intermixed_args(list(argv) if argv is not None else None)
+    if args.jobs < 1:
+        ap.error(f"argument --jobs: {args.jobs} is not a positive number of processes (use 1 to run in this process)")
+    check_override_syntax(args.overrides)
+    return args
+
+
+def check_override_syntax(overrides: Iterable[str]) -> None:
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if ("=" not in o and not o.startswith("~")) or not key:
+            raise UsageError(f"unknown argument {o!r}: after the study file every argument is key=value "
+                             "(mode=smoke, seeds=0,1, gpu=l4, dataset.num_requests=8) or a --flag")
+
+
+def check_special(overrides: Iterable[str]) -> None:
+    """``mode=`` and ``gpu=`` on the command line name real config options (read live from
+    ``harness/conf``)."""
+    special, _ = planner.split_cli(list(overrides))
+    if "mode" in special and special["mode"] not in options("mode"):
+        raise UsageError(f"unknown mode {special['mode']!r}; valid mode names: {options('mode')}")
+    if "gpu" in special and special["gpu"] not in options("gpu"):
+        raise UsageError(f"unknown gpu {special['gpu']!r}; valid gpu names: {options('gpu')}")
+
+
+# -- study files -------------------------------------------------------------------------------------
+def load_study_file(path: str | Path) -> dict[str, Any]:
+    """A study file as a dict: one :class:`UsageError` if it is missing, not YAML, not a mapping,
+    has no ``name`` or an unknown ``kind``."""
+    path = Path(path)
+    if not path.is_file():
+        near = sorted(p.name for p in (REPO_ROOT / "experiments").glob("*.yaml"))
+        raise UsageError(f"study file {str(path)!r} not found; files in experiments/: {near}")
+    try:
+        node = OmegaConf.load(path)
+        study = OmegaConf.to_container(node, resolve=True)
+    except (YAMLError, OmegaConfBaseException, UnicodeDecodeError) as exc:
+        first = " ".join(str(exc).split())[:300]
+        raise UsageError(f"cannot read study file {path}: {type(exc).__name__}: {first}") from None
+    if not isinstance(study, dict):
+        raise UsageError(f"study file {path} must be a YAML mapping (name:, cells:, ...), not a {type(study).__name__}")
+    if "name" not in study:
+        raise UsageError(f"study file {path}: missing key 'name'")
+    kind = study.get("kind", DEFAULT_KIND)
+    if kind not in KINDS:
+        raise UsageError(f"{path}: kind={kind!r} is not a study kind; valid kinds: {sorted(KINDS)}")
+    return study
+
+
+# -- checks before any work ---------------------------------------------------------------------------
+def check_cells(cells: Sequence[tuple[str, list[str]]]) -> list[Any]:
+    """Compose every cell's config (``(label, overrides)``) before the first one runs. Returns the
+    configs; raises one :class:`UsageError` listing each distinct problem once (a typo shared by
+    42 cells is one line, not 42). Cells that differ only in ``seed=`` are composed once (Hydra's
+    compose is the slow part) and get their seed set on a copy, then checked again."""
+    cfgs, problems, composed = [], {}, {}
+    for label, overrides in cells:
+        seeds = [o for o in overrides if o.startswith("seed=")]
+        key = tuple(o for o in overrides if not o.startswith("seed="))
+        try:
+            if key not in composed:
+                composed[key] = compose_cell(list(key) + seeds[-1:])
+            cfg = composed[key].copy()
+            if seeds:
+                value = OmegaConf.create({"seed": seeds[-1].split("=", 1)[1]}).seed
+                try:
+                    cfg.seed = int(value)
+                except (TypeError, ValueError):
+                    raise ConfigError(f"seed={value!r} is not a whole number") from None
+                validate(cfg)
+            cfgs.append(cfg)
+        except ConfigError as exc:
+            problems.setdefault(str(exc), []).append(label)
+    if problems:
+        lines = [f"{msg}  [{len(labels)} cell(s), e.g. {labels[0]}]" for msg, labels in problems.items()]
+        n = sum(len(v) for v in problems.values())
+        raise UsageError(f"{n} of {len(cells)} cells cannot run; nothing was run or written:\n  " + "\n  ".join(lines))
+    return cfgs
+
+
+def print_dry_run(labels: Sequence[str], cfgs: Sequence[Any], force: bool = False) -> int:
+    """One line per cell: cached (a finished record exists and would be reused) or to run."""
+    cached = 0
+    for label, cfg in zip(labels, cfgs):
+        d = cell_dir(cfg)
+        hit = finished_record(d) is not None
+        cached += hit
+        state = "rerun (--force)" if hit and force else "cached" if hit else "to run"
+        print(f"{state:<16} {label}  {d}")
+    todo = len(cfgs) if force else len(cfgs) - cached
+    print(f"{len(cfgs)} cells: {cached} cached, {todo} to run (dry run: nothing ran)")
+    return 0
+
+
+def guard(main: Callable[[], int]) -> int:
+    """Run a driver's body: a :class:`UsageError` is one ``error:`` line (exit 2), ctrl-C one
+    ``interrupted`` line (exit 130), never a traceback."""
+    try:
+        return main()
+    except (UsageError, planner.StudyFileError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopped the running cells; finished cells keep their records, rerun to resume",
+              file=sys.stderr)
+        return 130
+
+
+# -- the command ------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    return guard(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    args = parse(parser(), argv)
+    study = load_study_file(args.experiment)
+    check_special(args.overrides)
+    p = planner.plan(study, args.overrides)
+    check = getattr(KINDS[p.kind].load(), "check", None)
+    if check is not None:
+        try:
+            check(p)    # a kind may refuse a plan before any cell runs (micro: its parts' labels)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    cfgs = check_cells([(planner.label_of(r), r.overrides) for r in p.runs])
+    if args.dry_run:
+        return print_dry_run([planner.label_of(r) for r in p.runs], cfgs, args.force)
+    return run.run_study(args, p)
