@@ -26,8 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.models import load_profile
-from harness.profile import ModelProfile
+from harness.models import ModelProfile, load_profile
 
 # Fields every decoder-only config needs, whatever the architecture.
 BASE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")

@@ -24,12 +24,31 @@ Bad input (an unknown key, rule, option or model; a trace line that fails the sc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
+
+import jenga
+from harness import whatif_workloads as ww
+from harness.backends.cost.model import CostModel
+from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.sim.engine import run_cell as sim_run_cell
+from harness.config import compose_cell
+from harness.config import options as group_options
+from harness.config_json import ConfigJsonError, profile_from_config_json
+from harness.models import load_profile
+from harness.whatif_trace import TraceError, load_trace
+from harness.workloads import build_workload
+from jenga.baselines.sglang import reported_capacity as sglang_capacity
+from jenga.baselines.vllm_hma import reported_capacity
+from jenga.registry import ALL_SYSTEM_NAMES, REGISTRY
+from jenga.spec import VisionEmbeddingSpec
 
 USAGE = __doc__.split("\n\n")[1]
 RULES = ("vllm_hma", "vllm_hma_off", "sglang_pools", "jenga")
@@ -67,7 +86,6 @@ class Args:
 
 def _value(text: str):
     """A command-line value: YAML scalars (ints, floats, true/false, null), else the string."""
-    import yaml
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
@@ -75,8 +93,6 @@ def _value(text: str):
 
 
 def parse_args(argv: list[str]) -> Args:
-    import jenga
-    from jenga.registry import REGISTRY
     a = Args()
     for tok in argv:
         if tok in ("-h", "--help"):
@@ -111,7 +127,7 @@ def parse_args(argv: list[str]) -> Args:
             bad = [x for x in names if x not in REGISTRY]
             if bad or not names:
                 raise WhatIfError(f"rules={raw}: unknown rule(s) {bad}; known: {list(RULES)} "
-                                  f"(and any system of jenga.registry: {list(jenga.registry.ALL_SYSTEM_NAMES)})")
+                                  f"(and any system of jenga.registry: {list(ALL_SYSTEM_NAMES)})")
             a.rules = names
         elif key in TOP_KEYS:
             if key in ("num_requests", "seed", "tp"):
@@ -126,11 +142,9 @@ def parse_args(argv: list[str]) -> Args:
     if a.workload and a.trace:
         raise WhatIfError("workload and trace: give one, not both")
     if a.workload_opts:
-        from harness import whatif_workloads as ww
         spec_cls = ww.SPECS.get(a.workload)
         if spec_cls is None:
             raise WhatIfError(f"workload.*: options only for the generated workloads {list(GENERATED_WORKLOADS)}")
-        import dataclasses
         allowed = [f.name for f in dataclasses.fields(spec_cls)]
         bad = sorted(set(a.workload_opts) - set(allowed))
         if bad:
@@ -149,8 +163,6 @@ def _is_path(model: str) -> bool:
 def compose(a: Args, system: str = "vllm_hma", options: dict | None = None, dataset: str | None = None):
     """The Hydra cell (model, GPU, engine, system) for one rule; for a config.json the zoo's default
     model fills the config and :func:`profile` supplies the real specs."""
-    from harness.config import compose_cell
-    from harness.config import options as group_options
     if not _is_path(a.model) and a.model not in group_options("model"):
         raise WhatIfError(f"model={a.model}: not a zoo model (harness/conf/model/) nor a config.json path; "
                           f"zoo: {group_options('model')}")
@@ -173,8 +185,6 @@ def compose(a: Args, system: str = "vllm_hma", options: dict | None = None, data
 
 
 def profile(a: Args):
-    from harness.config_json import ConfigJsonError, profile_from_config_json
-    from harness.models import load_profile
     if _is_path(a.model):
         try:
             return profile_from_config_json(a.model)
@@ -186,8 +196,6 @@ def profile(a: Args):
 def kv_bytes(cfg, prof) -> int:
     """KV bytes the engine gets on this GPU (vLLM's profile run: memory x utilization - weights -
     activation peak), or ``engine.kv_cache_bytes`` when given."""
-    from harness.backends.cost.model import CostModel
-    from harness.backends.settings import EngineSettings, GpuSettings
     try:
         return CostModel(prof, GpuSettings.of(cfg.gpu), EngineSettings.of(cfg.engine)).kv_capacity_bytes()
     except ValueError as e:
@@ -203,9 +211,6 @@ def _max_model_len(cfg, prof) -> int:
 
 def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: bool) -> dict:
     """Geometry and capacity of ``rule`` (no simulation)."""
-    import jenga
-    from jenga.baselines.vllm_hma import reported_capacity
-    from jenga.spec import VisionEmbeddingSpec
     specs = [s for s in prof.specs if not isinstance(s, VisionEmbeddingSpec)] if rule.startswith("vllm") else list(prof.specs)
     mml = _max_model_len(cfg, prof)
     mnbt = int(cfg.engine.max_num_batched_tokens or 8192)
@@ -218,7 +223,6 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
            "block_size_tokens": {t.name: t.tokens_per_page for t in types},
            "page_bytes": {t.name: t.page_bytes for t in types}}
     if rule == "sglang_pools":
-        from jenga.baselines.sglang import reported_capacity as sglang_capacity
         cap = sglang_capacity(mm, mml)
         out.update(num_blocks=None, kv_capacity_tokens=cap["kv_capacity_tokens"],
                    max_concurrency=round(cap["max_concurrency"], 4), full_tokens=cap["full_tokens"],
@@ -266,12 +270,11 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
 
 def simulate(rule: str, a: Args, prof, requests, options: dict) -> dict:
     """Serve ``requests`` under ``rule`` in the CPU simulator; every metric is simulated."""
-    from harness.backends.sim.engine import run_cell
     cfg = compose(a, rule, options, dataset="synthetic")
     if rule == "sglang_pools":
         cfg.engine.tokens_per_page = 1  # SGLang's default page_size
     t0 = time.perf_counter()
-    res = run_cell(cfg, prof, requests)
+    res = sim_run_cell(cfg, prof, requests)
     m = res.metrics
     return {"simulated": True, "prefix_hit_rate": m.get("prefix_hit_rate"),
             "prefix_hit_tokens": m.get("prefix_hit_tokens"), "throughput_req_s": m.get("throughput_req_s"),
@@ -285,17 +288,13 @@ def build_requests(a: Args, prof):
     """The workload: a generated one (``sessions``, ``agent``), a dataset twin of the harness, or a
     user trace (JSONL)."""
     if a.trace:
-        from harness.whatif_trace import TraceError, load_trace
         try:
             return load_trace(a.trace, vocab_size=prof.vocab_size)
         except TraceError as e:
             raise WhatIfError(f"trace={a.trace}: {e}") from None
     if a.workload in GENERATED_WORKLOADS:
-        from harness import whatif_workloads as ww
         return ww.generate(a.workload, num_requests=a.num_requests, seed=a.seed, vocab_size=prof.vocab_size,
                            **a.workload_opts)
-    from harness.config import options as group_options
-    from harness.workloads import build_workload
     if a.workload not in group_options("dataset"):
         raise WhatIfError(f"workload={a.workload}: unknown; known: {list(GENERATED_WORKLOADS) + group_options('dataset')}")
     cfg = compose(a, dataset=a.workload)
@@ -331,7 +330,6 @@ def knob_variants(rule: str, prof, align: int) -> list[tuple[str, dict]]:
 
 
 def sweep(rule: str, a: Args, prof, kv: int, cfg, base: dict, requests) -> list[dict]:
-    import jenga
     caching = bool(cfg.engine.enable_prefix_caching)
     mm = jenga.make_manager(rule, prof.specs, kv, enable_prefix_cache=caching, **a.options.get(rule, {}))
     rows = []

@@ -4,6 +4,9 @@ request's prefix hit, and the report's source line."""
 from __future__ import annotations
 
 from harness import whatif as w
+from harness.backends.settings import EngineSettings, GpuSettings
+from harness.backends.sim import engine as sim
+from harness.backends.sim import variants
 
 SIM_NOTE = ("Hit rates, TTFT and throughput are SIMULATED (the CPU serving simulator, backend=sim, "
             "our step-time model on the named GPU); capacities and block sizes are the engines' arithmetic.")
@@ -19,9 +22,6 @@ def args(model: str, gpu: str = "h100", max_model_len: int = 32768, tp: int = 1,
 def simulate(rule: str, a, prof, requests, options: dict | None = None) -> tuple[dict, dict]:
     """``(metrics, {request_id: hit tokens on first admission})`` of ``requests`` under ``rule``
     (what :func:`harness.backends.sim.engine.run_cell` runs, keeping the scheduler's requests)."""
-    from harness.backends.settings import EngineSettings, GpuSettings
-    from harness.backends.sim import engine as sim
-    from harness.backends.sim import variants
     cfg = w.compose(a, rule, options or {}, dataset="synthetic")
     if rule == "sglang_pools":
         cfg.engine.tokens_per_page = 1

@@ -81,7 +81,7 @@ def report(study: dict, rows: list[dict], out: Path) -> str:
              "|---|---|---|---|---|"]
 
     def fmt(x):
-        rule, v, m = x
+        rule, _, m = x
         if m is not None and m < 0.005:
             return "tie (within 0.5 %)"
         return f"{rule} ({'n/a' if m is None else f'+{100 * m:.1f} %'})"
