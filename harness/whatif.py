@@ -256,6 +256,17 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
         conc = usable / per_req
         out.update(num_blocks=usable // geo.large_page_bytes, large_page_bytes=geo.large_page_bytes,
                    kv_capacity_tokens=int(conc * mml), max_concurrency=round(conc, 4))
+    kinds = {s.kind for s in specs}
+    notes = []
+    if "chunked" in kinds and rule == "vllm_hma":
+        notes.append("vLLM 0.32 turns the hybrid manager off for models with attention_chunk_size (Llama 4) "
+                     "unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (config/vllm.py); "
+                     "vllm_hma_off is its default")
+    if "chunked" in kinds and rule == "sglang_pools":
+        notes.append("SGLang sizes Llama 4's chunked pool with its own formula (set_num_token_hybrid's Llama4 "
+                     "branch), not modelled: chunked layers are split here like sliding-window ones")
+    if notes:
+        out["notes"] = notes
     # Static waste: bytes of every page that hold no data (Mamba states padded to the attention
     # page, group padding layers), as a fraction of a page of each group.
     pad = {}
@@ -377,6 +388,8 @@ def print_text(model: str, gpu: str, answers: list[dict]) -> None:
         print(f"  page (bytes):        {_fmt_groups(r['page_bytes'])}")
         print(f"  KV cache: {r['kv_bytes'] / 2**30:.2f} GiB = {r['kv_capacity_tokens']:,} tokens; "
               f"max concurrency at {r['max_model_len']:,} tokens: {r['max_concurrency']:.2f}x")
+        for note in r.get("notes", []):
+            print(f"  note: {note}")
         if r.get("full_tokens") is not None:
             print(f"  pools: full {r['full_tokens']:,} tokens, SWA {r['swa_tokens']:,} tokens, "
                   f"Mamba {r['mamba_slots']:,} slots (fixed at start-up)")
