@@ -15,6 +15,10 @@ answer most, found by a small sweep. Every number from the simulator is **simula
 step-time model on the named GPU) and says so; capacities and block sizes are the engine's
 arithmetic on the model's specs, exact for vLLM 0.32 (tests/test_whatif_vllm.py).
 
+Time on 2 cores: without a workload about 1-2 s; with a workload each rule is one simulation
+(seconds; SGLang's 1-token pages make its runs the slowest) and the sweep adds one per knob value,
+so tens of seconds to a minute -- ``--no-sweep`` for the fastest answer.
+
 ``--json`` prints a list of objects, one per rule, with at least ``rule``, ``block_size_tokens`` (per
 group), ``kv_capacity_tokens``, ``max_concurrency`` and ``prefix_hit_rate`` (null without a workload).
 
