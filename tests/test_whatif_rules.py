@@ -153,3 +153,46 @@ def test_sglang_mamba_pool_takes_ratio_over_one_plus_ratio():
     # the pools are static: states cannot use idle KV memory (the pool of a state-starved workload)
     mm = jenga.make_manager("sglang_pools", [FULL, GDN], 19 * GiB, tokens_per_page=1)
     assert [p.num_pages for p in mm.pool.pools] == [sp["full_tokens"], sp["mamba_slots"]]
+
+
+@pytest.mark.parametrize("system,opts", [
+    ("vllm_hma", {}), ("vllm_hma", {"mamba_cache_mode": "all", "prefix_cache_retention_interval": None}),
+    ("vllm_hma", {"prefix_cache_retention_interval": 64}), ("vllm_hma_off", {}), ("sglang_pools", {}),
+])
+@pytest.mark.parametrize("mix", ["full+swa", "full+mamba"])
+def test_random_streams_keep_the_allocator_invariants(system, opts, mix):
+    """Seeded random streams (shared prefixes, chunked allocation, failed allocations, frees) with
+    every allocator invariant checked after each operation (jenga.testing.check_invariants) -- the
+    what-if systems are study-only, so `make fuzz` does not draw them."""
+    import random
+
+    from jenga.testing import check_invariants
+    specs = {"full+swa": [FullAttentionSpec("full", 2, 64), SlidingWindowSpec("swa", 3, 64, window=20)],
+             "full+mamba": [FullAttentionSpec("full", 2, 64),
+                            MambaSpec("mamba", 2, 1, state_bytes_per_layer=4000, conv_bytes_per_layer=400)]}[mix]
+    if system == "vllm_hma_off" and mix == "full+mamba":
+        pytest.skip("refused at start-up (tested above)")
+    for seed in range(6):
+        rng = random.Random(seed)
+        mm = jenga.make_manager(system, specs, 40_000 * rng.choice([3, 6, 12]), tokens_per_page=4,
+                                enable_prefix_cache=True, **opts)
+        prefixes = [[rng.randrange(1, 50) for _ in range(rng.randrange(8, 120))] for _ in range(3)]
+        running = []
+        for i in range(60):
+            if running and rng.random() < 0.4:
+                r = running.pop(rng.randrange(len(running)))
+                mm.free(r)
+            elif running and rng.random() < 0.5:
+                r = rng.choice(running)
+                mm.allocate(r, rng.randrange(1, 9))       # a failed allocate changes nothing
+            else:
+                r = req(f"r{i}", rng.choice(prefixes) + [rng.randrange(50, 99) for _ in range(rng.randrange(1, 40))])
+                hit = mm.lookup_prefix(r)
+                assert 0 <= hit < len(r.prompt_token_ids)
+                if mm.allocate(r, len(r.prompt_token_ids) - hit):
+                    running.append(r)
+            mm.begin_step()
+            check_invariants(mm)
+        for r in running:
+            mm.free(r)
+        check_invariants(mm)
