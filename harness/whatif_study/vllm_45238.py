@@ -55,7 +55,8 @@ def _figure(study, rows, out):
         ax.set_xticks([j + 0.4 for j in range(len(splits))], splits)
         ax.set_xlabel("shared / unique tokens")
         ax.set_ylabel(lab)
-    axes[0].legend(fontsize=6)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=6, loc="lower center", ncol=3, bbox_to_anchor=(0.5, -0.12))
     fig.suptitle(f"vllm#45238 on {study['model']} (block 528): who hits", fontsize=9)
     save(fig, out / f"{study['name']}.png")
 
