@@ -73,7 +73,14 @@ reproduce-fig14: $(STAMP)
 
 # Studies: the paper's micro-experiments, speculative decoding, the vision-embedding cache,
 # Mamba prefix caching vs Marconi. Every kind's cells are cached cells, any launcher: ARGS="--launcher joblib".
-.PHONY: micro specdec vlm-embed mamba-prefix
+.PHONY: micro specdec vlm-embed mamba-prefix whatif
+
+# Issue 22: the hybrid KV what-if lab's studies (users' reports beside ours, results/whatif/); one model
+# at a time: `.venv/bin/python -m harness.whatif model=<zoo name | config.json> [workload=...]`.
+whatif: $(STAMP)
+	$(PY) -m harness.whatif_study experiments/whatif/hf_mem_70.yaml experiments/whatif/vllm_45238.yaml \
+		experiments/whatif/vllm_48435.yaml experiments/whatif/sglang_26907.yaml \
+		experiments/whatif/vllm_ascend_16270.yaml experiments/whatif/summary.yaml $(ARGS)
 micro: $(STAMP)
 	$(STUDY) experiments/micro.yaml $(ARGS)
 

@@ -30,7 +30,13 @@ from jenga.spec import (
 )
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "float32": 4}
-LAYER_KINDS = ("full", "sliding", "chunked", "mamba", "cross", "token_drop")
+# OCP Microscaling MXFP4: a 4-bit E2M1 value per parameter plus one 8-bit E8M0 scale per block of 32.
+EXPERT_DTYPE_BYTES = {"mxfp4": (4 + 8 / 32) / 8}
+LAYER_KINDS = ("full", "sliding", "chunked", "mamba", "cross", "token_drop", "mlp")
+# "mlp": a decoder layer with no token mixer and so no cache (Nemotron-H's "-" blocks); "mamba" is
+# any recurrent-state mixer: Mamba-1 (the ``mamba:`` section), Mamba-2 or gated DeltaNet
+# (``extra.linear_state``, see :func:`linear_state_bytes`).
+CACHELESS_KINDS = frozenset({"mlp"})
 
 
 @dataclass(frozen=True)
@@ -157,38 +163,121 @@ def token_drop_keep_ratios(m: dict) -> list[float]:
     return out
 
 
+def attention_shape(m: dict, kind: str) -> tuple[int, int]:
+    """(KV heads, head dim) of the attention layers of ``kind``: the model's own, or the per-kind
+    override in ``extra.attention_by_kind`` (Gemma-4: sliding layers 16 x 256, global 4 x 512)."""
+    over = ((m.get("extra") or {}).get("attention_by_kind") or {}).get(kind) or {}
+    return int(over.get("num_kv_heads", m["num_kv_heads"])), int(over.get("head_dim", m["head_dim"]))
+
+
+LINEAR_STATE_KEYS = {
+    # vLLM ``MambaStateShapeCalculator.mamba2_state_shape``: conv (d_conv - 1, d_inner + 2 n_groups
+    # d_state), SSM (num_heads, head_dim, d_state) with d_inner = num_heads x head_dim.
+    "mamba2": ("num_heads", "head_dim", "d_state", "n_groups", "d_conv"),
+    # vLLM ``MambaStateShapeCalculator.gated_delta_net_state_shape``: conv (2 k_heads k_dim +
+    # v_heads v_dim, conv_kernel - 1), recurrent (v_heads, k_dim, v_dim).
+    "gdn": ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel"),
+}
+
+
+def linear_state_bytes(m: dict) -> tuple[int, int]:
+    """(conv bytes, recurrent-state bytes) of one layer of kind "mamba" described by
+    ``extra.linear_state`` (shapes as vLLM's ``mamba_utils.MambaStateShapeCalculator``; the conv state
+    in ``conv_dtype``, default the model dtype; the recurrent state in ``state_dtype``)."""
+    ls = (m.get("extra") or {}).get("linear_state") or {}
+    kind, name = ls.get("kind"), m["name"]
+    if kind not in LINEAR_STATE_KEYS:
+        raise ModelConfigError(f"model {name}: extra.linear_state.kind={kind!r}; allowed: {sorted(LINEAR_STATE_KEYS)}")
+    missing = [k for k in LINEAR_STATE_KEYS[kind] + ("state_dtype",) if k not in ls]
+    if missing:
+        raise ModelConfigError(f"model {name}: extra.linear_state ({kind}) lacks {missing}")
+    cb = _dtype_bytes(ls.get("conv_dtype", m["dtype"]), "extra.linear_state.conv_dtype", name)
+    sb = _dtype_bytes(ls["state_dtype"], "extra.linear_state.state_dtype", name)
+    if kind == "mamba2":
+        d_inner = ls["num_heads"] * ls["head_dim"]
+        conv = (ls["d_conv"] - 1) * (d_inner + 2 * ls["n_groups"] * ls["d_state"])
+        ssm = ls["num_heads"] * ls["head_dim"] * ls["d_state"]
+    else:
+        conv = (2 * ls["num_k_heads"] * ls["head_k_dim"] + ls["num_v_heads"] * ls["head_v_dim"]) * (ls["conv_kernel"] - 1)
+        ssm = ls["num_v_heads"] * ls["head_k_dim"] * ls["head_v_dim"]
+    return conv * cb, ssm * sb
+
+
+def _linear_mixer_params(m: dict) -> int:
+    """Parameters of one Mamba-2 / gated-DeltaNet mixer (HF ``NemotronHMamba2Mixer`` /
+    ``Qwen3NextGatedDeltaNet`` weight shapes; biases and norms included)."""
+    ls, h = m["extra"]["linear_state"], m["hidden_size"]
+    if ls["kind"] == "mamba2":
+        nh, hd, ds, ng, dc = ls["num_heads"], ls["head_dim"], ls["d_state"], ls["n_groups"], ls["d_conv"]
+        di = nh * hd
+        conv_dim = di + 2 * ng * ds
+        # in_proj -> (z, x, B, C, dt); depthwise conv (+bias); dt_bias, A_log, D; gated norm; out_proj
+        return h * (2 * di + 2 * ng * ds + nh) + conv_dim * (dc + 1) + 3 * nh + di + di * h
+    kd, vd = ls["num_k_heads"] * ls["head_k_dim"], ls["num_v_heads"] * ls["head_v_dim"]
+    conv_dim = 2 * kd + vd
+    # in_proj_qkvz, in_proj_ba, depthwise conv (no bias), dt_bias, A_log, norm (head_v_dim), out_proj
+    return (h * (2 * kd + 2 * vd) + h * 2 * ls["num_v_heads"] + conv_dim * ls["conv_kernel"]
+            + 2 * ls["num_v_heads"] + ls["head_v_dim"] + vd * h)
+
+
 @dataclass(frozen=True)
 class ParamEstimate:
     total: int
     active: int
     embedding: int          # input embedding table (a lookup: no FLOPs)
     vision: int
+    routed_experts: int = 0  # parameters of the routed experts (all of them), for MXFP4 checkpoints
 
 
 def estimate_params(model_cfg: Any) -> ParamEstimate:
     """Parameters from the shapes: embeddings, attention/Mamba mixers, dense/MoE MLPs, norms."""
     m = _cfg(model_cfg)
-    h, hd = m["hidden_size"], m["head_dim"]
-    q, kv = m["num_heads"] * hd, m["num_kv_heads"] * hd
-    attn = h * q + 2 * h * kv + q * h + 2 * h
+    h = m["hidden_size"]
+    ex = m.get("extra") or {}
+    # Gated attention (Qwen3-Next / Qwen3.5 ``attn_output_gate``): q_proj also emits the gate.
+    q_mult = 2 if ex.get("attn_output_gate") else 1
+
+    def attn_params(kind: str) -> int:
+        kvh, hd = attention_shape(m, kind)
+        q, kv = m["num_heads"] * hd, kvh * hd
+        return h * q * q_mult + 2 * h * kv + q * h + 2 * h
+
     kinds = layer_kinds(m)
     moe = m.get("moe") or {}
     n_exp, topk = moe.get("num_experts", 0), moe.get("experts_per_token", 0)
-    mlp_dense = 3 * h * m["intermediate_size"]
+    # ``extra.mlp_matrices``: 3 for gated MLPs (SwiGLU/GeGLU), 2 for Nemotron-H's squared-ReLU MLP.
+    mats = int(ex.get("mlp_matrices", 3))
+    mlp_dense = mats * h * m["intermediate_size"]
     mlp_expert = 3 * h * (moe.get("expert_intermediate_size") or m["intermediate_size"])
-    total = active = 0
+    # ``extra.shared_expert_intermediate_size``: a shared expert narrower/wider than the routed ones
+    # (Qwen3-Next, Granite-4.0-H); default: the routed experts' width.
+    shared_mlp = 3 * h * int(ex.get("shared_expert_intermediate_size") or 0) if moe.get("shared_expert") else 0
+    # ``extra.mixer_only_blocks`` (Nemotron-H): a layer is a mixer *or* an MLP, never both.
+    mixer_only = bool(ex.get("mixer_only_blocks"))
+    total = active = routed = 0
     for i, kind in enumerate(kinds):
-        if kind == "mamba":
+        if kind == "mlp":
+            total += mlp_dense + h
+            active += mlp_dense + h
+            continue
+        if kind == "mamba" and ex.get("linear_state"):
+            mixer = _linear_mixer_params(m)
+        elif kind == "mamba":
             mb = m["mamba"]
             di, ds, dt = mb["d_inner"], mb["d_state"], mb["dt_rank"]
             mixer = (h * 2 * di + di * (mb["d_conv"] + 1) + di * (dt + 2 * ds) + dt * di + di
                      + di * ds + di + di * h + h)
         else:
-            mixer = attn
+            mixer = attn_params(kind)
+        if mixer_only:
+            total += mixer + h
+            active += mixer + h
+            continue
         is_moe = n_exp > 0 and i % moe.get("expert_layer_period", 1) == moe.get("expert_layer_offset", 0)
         if is_moe:
-            shared = mlp_expert if moe.get("shared_expert") else 0
+            shared = (shared_mlp or mlp_expert) if moe.get("shared_expert") else 0
             total += mixer + n_exp * mlp_expert + shared + h * n_exp
+            routed += n_exp * mlp_expert
             active += mixer + topk * mlp_expert + shared + h * n_exp
         else:
             total += mixer + mlp_dense
@@ -201,13 +290,18 @@ def estimate_params(model_cfg: Any) -> ParamEstimate:
         int((m.get("extra") or {}).get("vision_tower_params", 0))
     total += emb + head + h + vision
     active += emb + head + h  # the vision tower runs per image, not per token
-    return ParamEstimate(total=total, active=active, embedding=emb, vision=vision)
+    return ParamEstimate(total=total, active=active, embedding=emb, vision=vision, routed_experts=routed)
 
 
 def _specs(m: dict, kinds: list[str]) -> tuple[list[LayerTypeSpec], dict]:
     name = m["name"]
     kvb = _dtype_bytes(m["kv_dtype"], "kv_dtype", name)
-    per_layer = 2 * m["num_kv_heads"] * m["head_dim"] * kvb
+
+    def kv_bytes(kind: str) -> int:  # K and V of one token in one layer of this kind
+        heads, hd = attention_shape(m, kind)
+        return 2 * heads * hd * kvb
+
+    per_layer = kv_bytes("full")
     groups = kv_share_groups(kinds, m.get("kv_share_group_size", 1))
     stored = Counter(kinds[g[0]] for g in groups)
     compute = Counter(kinds)
@@ -218,17 +312,23 @@ def _specs(m: dict, kinds: list[str]) -> tuple[list[LayerTypeSpec], dict]:
             continue
         n, c = stored[kind], compute[kind]
         if kind == "full":
-            specs.append(FullAttentionSpec("full", n, per_layer, c))
+            specs.append(FullAttentionSpec("full", n, kv_bytes("full"), c))
         elif kind == "sliding":
             if not m.get("sliding_window"):
                 raise ModelConfigError(f"model {name}: sliding layers need sliding_window")
-            specs.append(SlidingWindowSpec("sliding", n, per_layer, c, window=m["sliding_window"]))
+            specs.append(SlidingWindowSpec("sliding", n, kv_bytes("sliding"), c, window=m["sliding_window"]))
         elif kind == "chunked":
             if not m.get("attention_chunk_size"):
                 raise ModelConfigError(f"model {name}: chunked layers need attention_chunk_size")
-            specs.append(ChunkedLocalSpec("chunked", n, per_layer, c, chunk=m["attention_chunk_size"]))
+            specs.append(ChunkedLocalSpec("chunked", n, kv_bytes("chunked"), c, chunk=m["attention_chunk_size"]))
         elif kind == "cross":
             specs.append(CrossAttentionSpec("cross", n, per_layer, c))
+        elif kind == "mamba" and (m.get("extra") or {}).get("linear_state"):
+            conv, ssm = linear_state_bytes(m)
+            ci = m["extra"]["linear_state"].get("checkpoint_interval", 512)
+            specs.append(MambaSpec("mamba", n, conv + ssm, c, state_bytes_per_layer=conv + ssm,
+                                   conv_bytes_per_layer=conv, checkpoint_interval=ci))
+            extra["mamba_conv_bytes_per_layer"], extra["mamba_ssm_bytes_per_layer"] = conv, ssm
         elif kind == "mamba":
             mb = m.get("mamba")
             if not mb:
@@ -281,6 +381,21 @@ def load_profile(model_cfg: Any) -> ModelProfile:
     # counted once per image by the step-time model (VisionInfo.encoder_params), not here.
     active = m.get("active_params") or (total - est.vision if est.active == est.total - est.vision
                                          else est.active)
+    weight_dtype_bytes: float = _dtype_bytes(m["dtype"], "dtype", name)
+    expert_dtype = (m.get("extra") or {}).get("expert_weight_dtype")
+    if expert_dtype is not None:
+        # Checkpoints whose routed experts alone are quantized (gpt-oss: MXFP4 experts, everything
+        # else bf16; its config.json ``quantization_config.modules_to_not_convert``): the average
+        # bytes per parameter over the whole model, so ``weight_bytes`` is what the GPU loads.
+        if expert_dtype not in EXPERT_DTYPE_BYTES:
+            raise ModelConfigError(f"model {name}: extra.expert_weight_dtype={expert_dtype!r}; "
+                                   f"allowed: {sorted(EXPERT_DTYPE_BYTES)}")
+        routed = est.routed_experts * (total / est.total)
+        target = routed * EXPERT_DTYPE_BYTES[expert_dtype] + (total - routed) * weight_dtype_bytes
+        # The step-time model's ``loaded_weight_bytes`` adds the bf16 embedding tables back for
+        # checkpoints under 2 bytes/param (FP8 rule); solve so that its total is ``target``.
+        emb = est.embedding * (1 if m.get("tie_word_embeddings") else 2)
+        weight_dtype_bytes = (target - 2 * emb) / (total - emb)
     vis = m.get("vision")
     vision = None
     if vis:
@@ -320,7 +435,7 @@ def load_profile(model_cfg: Any) -> ModelProfile:
         hidden_size=m["hidden_size"], num_heads=nh, num_kv_heads=m["num_kv_heads"], head_dim=hd,
         intermediate_size=m["intermediate_size"], vocab_size=m["vocab_size"],
         max_model_len=m["max_position_embeddings"],
-        weight_dtype_bytes=_dtype_bytes(m["dtype"], "dtype", name),
+        weight_dtype_bytes=weight_dtype_bytes,
         kv_dtype_bytes=_dtype_bytes(m["kv_dtype"], "kv_dtype", name),
         total_params=int(total), active_params=int(active), layer_kinds=tuple(kinds), specs=tuple(specs),
         vision=vision, num_experts=moe.get("num_experts", 0), experts_per_token=moe.get("experts_per_token", 0),

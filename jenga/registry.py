@@ -19,6 +19,8 @@ from jenga.baselines.jenga_current import JengaCurrent
 from jenga.baselines.keep_embeddings import KeepEmbeddingManager
 from jenga.baselines.marconi import MarconiManager
 from jenga.baselines.per_model_split import PerModelSplit
+from jenga.baselines.sglang import SglangPools
+from jenga.baselines.vllm_hma import VllmHma, VllmHmaOff
 from jenga.interface import MemoryManager
 from jenga.jenga_manager import JengaManager
 
@@ -61,6 +63,12 @@ REGISTRY: dict[str, SystemInfo] = {
     "per_model_split": SystemInfo(PerModelSplit, cell=False, uniform_block_table=True),
     "keep_embeddings": SystemInfo(KeepEmbeddingManager, cell=False),
     "marconi": SystemInfo(MarconiManager, cell=False),
+    # issue 22's what-if rules (harness.whatif): today's engines with their knobs, engine version in
+    # each class (jenga/baselines/vllm_hma.py)
+    "vllm_hma": SystemInfo(VllmHma, cell=False, full_prompt_admission=True, vllm_hybrid=True),
+    "vllm_hma_off": SystemInfo(VllmHmaOff, cell=False, uniform_block_table=True, full_prompt_admission=True,
+                               vllm_hybrid=False),
+    "sglang_pools": SystemInfo(SglangPools, cell=False),
 }
 # The cell systems (what the fuzz, the property tests and ``system=`` range over).
 SYSTEMS = {name: info.factory for name, info in REGISTRY.items() if info.cell}

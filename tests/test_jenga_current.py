@@ -24,7 +24,8 @@ TODAY = ("vllm_current", "jenga_current")
 def test_registered_everywhere():
     """One registry: a cell system, a Hydra system config, the gate on by default like vllm_current."""
     assert "jenga_current" in jenga.SYSTEM_NAMES and REGISTRY["jenga_current"].cell
-    assert full_prompt_admission_systems() == frozenset(TODAY)
+    # today's vLLM in every form that runs its scheduler: these two and issue 22's vllm_hma rules
+    assert full_prompt_admission_systems() == frozenset({*TODAY, "vllm_hma", "vllm_hma_off"})
     cfg = compose_cell(["system=jenga_current", "model=gemma3_12b", "dataset=arxiv_qa"])
     assert cfg.system.name == "jenga_current" and dict(cfg.system.options) == {"request_aware": True}
     engine = tiny_engine(engine_version="v1", enable_chunked_prefill=True)

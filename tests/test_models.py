@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from harness.config import compose_cell, options
 from harness.models import (
+    CACHELESS_KINDS,
     ModelConfigError,
     estimate_params,
     kv_share_groups,
@@ -52,10 +53,11 @@ def test_every_profile_is_consistent(zoo):
         page_geometry(p.specs, 16)  # valid geometry
         assert 0 < p.active_params <= p.total_params
         assert p.weight_bytes == int(p.total_params * p.weight_dtype_bytes)
-        # every non-mamba decoder layer reads exactly one stored attention type
+        # every attention decoder layer reads exactly one stored attention type (Mamba-style and
+        # cache-less MLP-only layers, Nemotron-H's "-", read none)
         attn = sum((s.num_compute_layers or s.num_layers) for s in p.specs
                    if s.kind not in ("mamba", "vision_embedding"))
-        assert attn == sum(k != "mamba" for k in p.layer_kinds), name
+        assert attn == sum(k not in ("mamba", *CACHELESS_KINDS) for k in p.layer_kinds), name
 
 
 def test_published_parameter_counts_match_the_shapes(zoo):

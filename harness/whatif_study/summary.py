@@ -1,0 +1,94 @@
+"""The summary: for every hybrid model of the zoo x workload, which rule gives the most KV capacity,
+prefix hits and simulated throughput, and by how much over the next best."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import whatif as w
+from harness import whatif_workloads as ww
+from harness.whatif_study.common import SIM_NOTE, args, simulate
+
+
+def run(study: dict, out: Path) -> list[dict]:
+    rows = []
+    for entry in study["models"]:
+        model, gpu, tp = entry["model"], entry.get("gpu", "h100"), entry.get("tp", 1)
+        a, prof = args(model, gpu, study["max_model_len"], tp=tp)
+        cfg = w.compose(a)
+        kv = w.kv_bytes(cfg, prof)
+        for wl in study["workloads"]:
+            reqs = ww.generate(wl["name"], study["num_requests"], **(wl.get("spec") or {}))
+            for rule in study["rules"]:
+                row = {"model": model, "gpu": gpu, "tp": tp, "workload": wl["name"], "rule": rule}
+                try:
+                    st = w.static_answer(rule, prof, kv, cfg, {}, True)
+                except ValueError as e:
+                    rows.append({**row, "error": str(e)})
+                    continue
+                m, _ = simulate(rule, a, prof, reqs)
+                rows.append({**row, "kv_capacity_tokens": st["kv_capacity_tokens"], "max_concurrency": st["max_concurrency"],
+                             "block_size_tokens": max(st["block_size_tokens"].values()),
+                             "prefix_hit_rate": round(m["prefix_hit_rate"], 4),
+                             "throughput_req_s": round(m["throughput_req_s"], 4), "simulated": True})
+    _figure(study, rows, out)
+    return rows
+
+
+def winners(rows, key):
+    out = {}
+    for r in rows:
+        if key in r:
+            out.setdefault((r["model"], r["workload"]), []).append(r)
+    res = {}
+    for k, rs in out.items():
+        rs = sorted(rs, key=lambda r: r[key], reverse=True)
+        best, second = rs[0], (rs[1] if len(rs) > 1 else None)
+        margin = (best[key] / second[key] - 1) if second and second[key] else None
+        res[k] = (best["rule"], best[key], margin)
+    return res
+
+
+def _figure(study, rows, out):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from harness.plots import save
+    wl = study["workloads"][0]["name"]
+    models = [e["model"] for e in study["models"]]
+    rules = study["rules"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, key, lab in ((axes[0], "kv_capacity_tokens", "KV capacity (tokens, engine arithmetic)"),
+                         (axes[1], "throughput_req_s", f"req/s on '{wl}' (SIMULATED)")):
+        width = 0.8 / len(rules)
+        for i, rule in enumerate(rules):
+            ys = []
+            for mdl in models:
+                r = next((r for r in rows if r["model"] == mdl and r["rule"] == rule and r["workload"] == wl), {})
+                ys.append(r.get(key, 0) or 0)
+            ax.bar(np.arange(len(models)) + i * width, ys, width, label=rule)
+        ax.set_xticks(np.arange(len(models)) + 0.4, models, rotation=40, ha="right", fontsize=6)
+        ax.set_ylabel(lab, fontsize=8)
+    axes[0].set_yscale("log")
+    axes[0].legend(fontsize=6)
+    save(fig, out / f"{study['name']}.png")
+
+
+def report(study: dict, rows: list[dict], out: Path) -> str:
+    cap, hit, thr = winners(rows, "kv_capacity_tokens"), winners(rows, "prefix_hit_rate"), winners(rows, "throughput_req_s")
+    lines = [f"# {study['name']}: {study['description']}", "", SIM_NOTE, "",
+             "| model | workload | most capacity (margin over next) | most hits (margin) | most throughput (margin, SIMULATED) |",
+             "|---|---|---|---|---|"]
+
+    def fmt(x):
+        rule, _, m = x
+        if m is not None and m < 0.005:
+            return "tie (within 0.5 %)"
+        return f"{rule} ({'n/a' if m is None else f'+{100 * m:.1f} %'})"
+    for k in sorted(cap):
+        lines.append(f"| {k[0]} | {k[1]} | {fmt(cap[k])} | {fmt(hit[k])} | {fmt(thr[k])} |")
+    errs = sorted({(r["model"], r["rule"], r["error"]) for r in rows if "error" in r})
+    if errs:
+        lines += ["", "Refused at start-up (the engine's own rule): " + "; ".join(f"{m}/{r}" for m, r, _ in errs) + "."]
+    lines += ["", study.get("finding", ""), ""]
+    return "\n".join(lines)

@@ -1,0 +1,168 @@
+"""harness.whatif (issue 22 §4), its workloads (§3) and the user trace format: answers in seconds,
+the --json keys, bad input as one error line before any work."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import whatif as w
+from harness import whatif_workloads as ww
+from harness.whatif_trace import TraceError, load_trace, validate_trace
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _json(argv):
+    return w.run([*argv, "--json"])
+
+
+def test_json_keys_and_exact_capacity_without_workload():
+    out = _json(["model=gpt_oss_20b", "gpu=h100", "engine.max_model_len=32768", "--no-sweep"])
+    by = {r["rule"]: r for r in out}
+    assert set(by) == {"vllm_hma", "vllm_hma_off", "sglang_pools", "jenga"}
+    for r in out:
+        assert {"rule", "block_size_tokens", "kv_capacity_tokens", "max_concurrency", "prefix_hit_rate"} <= set(r)
+        assert r["prefix_hit_rate"] is None
+    hma, off = by["vllm_hma"], by["vllm_hma_off"]
+    # gpt-oss-20b: 12 full + 12 sliding-128 layers, 8 KV heads x 64 -> one 16-token block of a
+    # 12-layer group = 16 * 12 * 2048 B; with the hybrid manager off, 24 layers per block
+    assert hma["page_bytes"] == {"full/g0": 393216, "sliding/g0": 393216}
+    assert off["page_bytes"] == {"uniform": 786432}
+    kv = hma["kv_bytes"]
+    assert hma["num_blocks"] == kv // 393216 and off["num_blocks"] == kv // 786432
+    # vLLM's reported size: full cdiv(32768,16)=2048 blocks + sliding cdiv(127+8192,16)+1=521 per request
+    assert hma["kv_capacity_tokens"] == int(kv // 393216 / (2048 + 521) * 32768)
+    assert off["kv_capacity_tokens"] == int(kv // 786432 / 2048 * 32768)
+    # hf-mem#70's point, from the engine's own arithmetic: charging the sliding layers at full length
+    # halves the capacity (ratio 2569/4096 blocks per request at 32k)
+    assert off["kv_capacity_tokens"] / hma["kv_capacity_tokens"] == pytest.approx(2569 / 4096, rel=1e-3)
+
+
+def test_mamba_hybrid_refused_with_hma_off_and_sweep_moves_capacity():
+    out = _json(["model=nemotron_nano_9b_v2", "gpu=h100", "engine.max_model_len=32768"])
+    by = {r["rule"]: r for r in out}
+    assert "Failed to promote" in by["vllm_hma_off"]["error"]
+    hma = by["vllm_hma"]
+    # fp32 SSM state (vLLM's NemotronH default): 73,728 conv + 5,242,880 state bytes per layer;
+    # 16 * cdiv(5316608, 16 * 4096) = 1312 tokens
+    assert set(hma["block_size_tokens"].values()) == {1312}
+    assert hma["mamba_cache_mode"] == "align"
+    knobs = {s["knob"]: s for s in hma["sweep"]}
+    assert knobs["mamba_cache_mode=all"]["block_size_tokens"] == [1536]  # lcm(256, 16) * cdiv(1298, 256)
+
+
+def test_config_json_path_gives_the_zoo_answer(tmp_path):
+    from test_config_json import GPT_OSS_20B
+    d = tmp_path / "my-gpt-oss"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(GPT_OSS_20B))
+    a = {r["rule"]: r for r in _json([f"model={d / 'config.json'}", "engine.max_model_len=32768", "--no-sweep"])}
+    b = {r["rule"]: r for r in _json(["model=gpt_oss_20b", "engine.max_model_len=32768", "--no-sweep"])}
+    for rule in ("vllm_hma", "vllm_hma_off"):
+        assert a[rule]["block_size_tokens"] == b[rule]["block_size_tokens"]
+        assert a[rule]["kv_capacity_tokens"] == pytest.approx(b[rule]["kv_capacity_tokens"], rel=0.01)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["gpu=h100"], "model: required"),
+    (["model=nope"], "model=nope"),
+    (["model=gpt_oss_20b", "rules=vllm_hma,sglang_magic"], "sglang_magic"),
+    (["model=gpt_oss_20b", "vllm_hma.mamba_mode=all"], "vllm_hma.mamba_mode"),
+    (["model=gpt_oss_20b", "engine.max_modl_len=4"], "engine.max_modl_len"),
+    (["model=gpt_oss_20b", "num_requests=0"], "num_requests"),
+    (["model=gpt_oss_20b", "workload=sessions", "workload.sessionz=3"], "workload.sessionz"),
+    (["model=gpt_oss_20b", "foo=1"], "foo"),
+    (["model=qwen3_next_80b_a3b", "gpu=h100"], "raise tp="),
+])
+def test_bad_input_is_one_error_line(argv, needle, capsys):
+    assert w.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and needle in err and "\n" not in err
+
+
+def test_sessions_workload_reproduces_the_retention_cliff():
+    """vllm#48435's shape (SIMULATED): sessions served round-robin, vLLM's default retention keeps
+    few hits once the sessions' contexts fill the pool; dense retention (or Jenga) keeps them."""
+    a = w.parse_args(["model=gemma4_31b", "gpu=h100", "engine.max_model_len=32768", "--no-sweep"])
+    prof = w.profile(a)
+    reqs = ww.sessions(32, spec=ww.SessionsSpec(num_sessions=8))
+    default = w.simulate("vllm_hma", a, prof, reqs, {})["prefix_hit_rate"]
+    dense = w.simulate("vllm_hma", a, prof, reqs, {"prefix_cache_retention_interval": None})["prefix_hit_rate"]
+    assert dense > 0.5 and default < 0.25
+    # negative control: 2 sessions fit the pool, so the default keeps its hits
+    few = w.simulate("vllm_hma", a, prof, ww.sessions(32, spec=ww.SessionsSpec(num_sessions=2)), {})
+    assert few["prefix_hit_rate"] > 0.8
+
+
+def test_generated_workloads_are_reproducible_and_grow():
+    s1, s2 = ww.sessions(12, seed=3, spec=ww.SessionsSpec(num_sessions=4)), ww.sessions(12, seed=3, spec=ww.SessionsSpec(num_sessions=4))
+    assert all(np.array_equal(x.prompt_token_ids, y.prompt_token_ids) for x, y in zip(s1, s2))
+    t0, t1 = s1[0], s1[4]          # session 0, turns 0 and 1 (round-robin over 4 sessions)
+    assert t1.request_id == "s0-t1" and len(t1.prompt_token_ids) == len(t0.prompt_token_ids) + 256 + 512
+    assert np.array_equal(t1.prompt_token_ids[:len(t0.prompt_token_ids)], t0.prompt_token_ids)
+    ag = ww.agent(10, spec=ww.AgentSpec(num_agents=2, system_tokens=100))
+    assert all(np.array_equal(r.prompt_token_ids[:100], ag[0].prompt_token_ids[:100]) for r in ag)
+    assert any(r.request_id.endswith("-b") for r in ag)
+
+
+def test_replies_are_the_simulators_tokens():
+    from harness.backends.sim.scheduler import _token_id
+    r = ww.sessions(1)[0]
+    assert ww.reply_tokens(r.request_id, 5) == [_token_id(r, i) for i in range(5)]
+
+
+def _write(tmp_path, lines):
+    p = tmp_path / "t.jsonl"
+    p.write_text("\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines) + "\n")
+    return p
+
+
+def test_trace_loads_through_datasets_and_segments_share_prefixes(tmp_path):
+    p = _write(tmp_path, [
+        {"session": "u1", "turn": 0, "arrival": 0.0, "segments": [{"id": "sys", "len": 40}, {"id": "q1", "len": 5}], "output_len": 8},
+        {"session": "u2", "turn": 0, "arrival": 0.5, "segments": [{"id": "sys", "len": 40}, {"id": "q2", "len": 7}], "output_len": 8},
+        {"session": 3, "turn": 1, "arrival": 1.0, "prompt": [1, 2, 3], "output_len": 2},
+    ])
+    reqs = load_trace(p)
+    assert [len(r.prompt_token_ids) for r in reqs] == [45, 47, 3]
+    assert np.array_equal(reqs[0].prompt_token_ids[:40], reqs[1].prompt_token_ids[:40])
+    assert not np.array_equal(reqs[0].prompt_token_ids[40:45], reqs[1].prompt_token_ids[40:45])
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ({"session": "u", "turn": 0, "arrival": 0, "output_len": 4}, "exactly one of prompt"),
+    ({"session": "u", "turn": -1, "arrival": 0, "prompt": [1], "output_len": 4}, "turn"),
+    ({"session": "u", "turn": 0, "arrival": "soon", "prompt": [1], "output_len": 4}, "arrival"),
+    ({"session": "u", "turn": 0, "arrival": 0, "prompt": [1], "output_len": 4, "outptu": 1}, "outptu"),
+    ({"session": "u", "turn": 0, "arrival": 0, "segments": [{"id": "a", "len": 0}], "output_len": 4}, "segments[0].len"),
+    ("{not json", "not JSON"),
+])
+def test_trace_validator_names_the_bad_line(tmp_path, bad, needle):
+    good = {"session": "u", "turn": 0, "arrival": 0, "prompt": [1, 2], "output_len": 4}
+    p = _write(tmp_path, [good, bad])
+    with pytest.raises(TraceError) as e:
+        validate_trace(p)
+    assert "t.jsonl:2" in str(e.value) and needle in str(e.value)
+    assert validate_trace(_write(tmp_path, [good])) == 1   # negative control
+
+
+def test_trace_through_the_command(tmp_path):
+    p = _write(tmp_path, [{"session": i % 2, "turn": i // 2, "arrival": i * 0.1,
+                           "segments": [{"id": "sys", "len": 600}, {"id": f"q{i}", "len": 50}], "output_len": 16}
+                          for i in range(8)])
+    out = _json(["model=gemma3_4b", f"trace={p}", "rules=vllm_hma", "--no-sweep"])
+    assert out[0]["prefix_hit_rate"] > 0.5 and out[0]["simulated"] is True
+
+
+@pytest.mark.slow
+def test_module_entry_point_text():
+    res = subprocess.run([sys.executable, "-m", "harness.whatif", "model=qwen3_5_35b_a3b", "gpu=h200"],
+                         capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    assert "[vllm_hma] vLLM 0.32.0" in res.stdout and "SIMULATED" in res.stdout

@@ -1,0 +1,198 @@
+"""Issue 22's engine rules as systems (jenga/baselines/vllm_hma.py): the behaviour vLLM 0.32's source
+documents, as exact values for the analytic cases, each with a negative control."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import req
+
+import jenga
+from jenga.baselines.vllm_hma import VllmHma, aligned_block_size, reported_capacity
+from jenga.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec, SpecError
+
+GiB = 1 << 30
+FULL = FullAttentionSpec("full", 4, 2048)                       # 2 KiB per token per layer
+SWA = SlidingWindowSpec("sliding", 4, 2048, window=64)
+# one layer's state 1,097,728 B: Qwen3-Next's gated-DeltaNet layer (bf16 state + conv)
+GDN = MambaSpec("mamba", 12, 1097728, state_bytes_per_layer=1097728, conv_bytes_per_layer=49152)
+
+
+def test_mamba_block_alignment_none_align_all():
+    # align/none: 16 * cdiv(1097728, 16 * 2048) = 16 * 34 = 544 (vLLM's _align_hybrid_block_size)
+    assert aligned_block_size([FULL, GDN], 16, "align") == 544
+    assert aligned_block_size([FULL, GDN], 16, "none") == 544
+    # all: lcm(256, 16) * cdiv(cdiv(1097728, 2048), 256) = 256 * 3 = 768
+    assert aligned_block_size([FULL, GDN], 16, "all") == 768
+    assert aligned_block_size([FULL, GDN], 16, "all", mamba_chunk_size=128) == 640
+    # negative control: no Mamba layer -> the requested block size, untouched
+    assert aligned_block_size([FULL, SWA], 16, "all") == 16
+    with pytest.raises(SpecError, match="mamba_cache_mode"):
+        aligned_block_size([FULL, GDN], 16, "sometimes")
+
+
+def test_mamba_page_is_padded_to_the_attention_page():
+    mm = jenga.make_manager("vllm_hma", [FULL, GDN], 4 * GiB)
+    # 4 full layers -> G = 4 layer slots per group; attention page = 4 * 2048 * 544
+    assert mm.page_bytes == 4 * 2048 * 544
+    assert {t.tokens_per_page for t in mm.types} == {544}
+    assert mm.pool.num_pages == (4 * GiB) // (4 * 2048 * 544)
+
+
+def test_reported_capacity_is_concurrency_times_max_model_len():
+    mm = jenga.make_manager("vllm_hma", [FULL, SWA], 1 * GiB)
+    cap = reported_capacity(mm, max_model_len=4096, max_num_batched_tokens=512)
+    # full: cdiv(4096, 16) = 256 blocks; sliding: cdiv(min(63 + 512, 4096), 16) + 1 = 37
+    assert cap["blocks_per_request"] == 256 + 37
+    assert cap["num_blocks"] == GiB // (4 * 2048 * 16)
+    assert cap["kv_capacity_tokens"] == int(cap["num_blocks"] / 293 * 4096)
+    # negative control: with the hybrid manager off every layer is charged at full length
+    off = jenga.make_manager("vllm_hma_off", [FULL, SWA], 1 * GiB)
+    cap_off = reported_capacity(off, max_model_len=4096, max_num_batched_tokens=512)
+    assert cap_off["kv_capacity_tokens"] == off.pool.num_pages * 16
+    assert cap_off["kv_capacity_tokens"] < cap["kv_capacity_tokens"]
+
+
+def test_align_mode_keeps_only_the_mamba_state_at_the_replay_boundary():
+    """Retention 0 (vLLM's default): a Mamba state is kept only at (prompt - 1) aligned down to the
+    block (the scheduler ends a chunk there) and at junctions; a sibling sharing a 1600-token prefix
+    with a 544-token block hits only if that boundary lies inside the shared part."""
+    def hits(shared, unique, **opt):
+        mm = jenga.make_manager("vllm_hma", [FULL, GDN], 4 * GiB, enable_prefix_cache=True, **opt)
+        prefix = list(range(shared))
+        a = req("a", prefix + [10**6 + i for i in range(unique)])
+        assert mm.lookup_prefix(a) == 0 and mm.allocate(a, len(a.prompt_token_ids))
+        mm.begin_step()
+        mm.free(a)
+        b = req("b", prefix + [2 * 10**6 + i for i in range(unique)])
+        return mm.lookup_prefix(b)
+    # a's boundary: (2200 - 1) // 544 * 544 = 1632 > 1600 shared -> no hit for b
+    assert hits(1600, 600) == 0
+    # boundary (1700 - 1) // 544 * 544 = 1632 <= 1650 shared -> b hits 1632 tokens
+    assert hits(1650, 50) == 1632
+    # 'all' mode with dense retention keeps every block's state: b hits the last block inside 1600
+    assert hits(1600, 600, mamba_cache_mode="all", prefix_cache_retention_interval=None) == 768 * 2
+    # negative control: mode none caches no state -> no hit at all, even for a long shared prefix
+    assert hits(1650, 50, mamba_cache_mode="none") == 0
+
+
+def test_mamba_junction_lets_the_third_request_hit():
+    """vLLM 0.32's shared-prefix junction (get_computed_blocks' shared_prefix_boundary, and the
+    scheduler's early stop there): b finds full attention cached to 1088 but no Mamba state, so b
+    keeps its state at 1088 and c hits it (vllm#45238's 1500/700 split: our 60/64, vLLM 0.32's
+    own scheduler 62/64, the report's 0/64 predates this)."""
+    mm = jenga.make_manager("vllm_hma", [FULL, GDN], 4 * GiB, enable_prefix_cache=True)
+    prefix = list(range(1600))
+    seen = []
+    for i, rid in enumerate("abc"):
+        r = req(rid, prefix + [(i + 1) * 10**6 + k for k in range(600)])
+        seen.append(mm.lookup_prefix(r))
+        assert mm.allocate(r, len(r.prompt_token_ids) - seen[-1])
+        mm.begin_step()
+        mm.free(r)
+    assert seen == [0, 0, 1088]
+
+
+def test_retention_interval_keeps_sliding_blocks_every_segment():
+    """A session's next turn extends the previous prompt: with retention 0 only the tails at the
+    replay boundary survive, so a turn that branches *before* that boundary misses; an interval
+    keeps a window-tail every N tokens and the hit survives (vllm#48435's fix)."""
+    def hit(ri):
+        mm = jenga.make_manager("vllm_hma", [FULL, SWA], 1 * GiB, enable_prefix_cache=True,
+                                prefix_cache_retention_interval=ri)
+        doc = list(range(1000))
+        a = req("a", doc + [5] * 24)
+        mm.lookup_prefix(a)
+        assert mm.allocate(a, 1024)
+        mm.free(a)
+        b = req("b", doc[:700] + [7] * 300)   # shares 700 tokens, branches before a's boundary
+        return mm.lookup_prefix(b)
+    assert hit(0) == 0                 # negative control: vLLM's default keeps no mid-prompt tail
+    assert hit(256) == 512             # tails end at 256, 512, 768 (> 700): the longest <= 700 is 512
+    assert hit(None) == 688            # dense: every block hashed; 700 aligned down to 16
+    with pytest.raises(SpecError, match="retention_interval"):
+        jenga.make_manager("vllm_hma", [FULL, SWA], GiB, prefix_cache_retention_interval=-1)
+
+
+def test_hma_off_refuses_mamba_hybrids_like_vllm():
+    with pytest.raises(SpecError, match="Failed to promote"):
+        jenga.make_manager("vllm_hma_off", [FULL, GDN], 4 * GiB)
+    # negative control: a pure sliding/full model starts
+    assert jenga.make_manager("vllm_hma_off", [FULL, SWA], GiB).pool.num_pages == GiB // (16 * 8 * 2048)
+
+
+def test_unknown_option_is_refused():
+    with pytest.raises(SpecError, match="unknown option"):
+        VllmHma([FULL, GDN], 4 * GiB, mamba_mode="align")
+
+
+def test_sglang_swa_split_solves_sglangs_equations():
+    from jenga.baselines.sglang import reported_capacity as sg_cap
+    from jenga.baselines.sglang import sglang_split
+    # Gemma-3-27B-like: 10 full + 52 sliding layers, 8192 B per token per layer
+    full, swa = FullAttentionSpec("full", 10, 8192), SlidingWindowSpec("sliding", 52, 8192, window=1024)
+    cap = 10 * GiB
+    sp = sglang_split([full, swa], cap)
+    # F * 10 * 8192 + 0.8 F * 52 * 8192 = cap  ->  F = cap / (8192 * (10 + 41.6))
+    assert sp["full_tokens"] == int(cap / (8192 * 10 + 0.8 * 8192 * 52))
+    assert sp["swa_tokens"] == int(sp["full_tokens"] * 0.8)
+    mm = jenga.make_manager("sglang_pools", [full, swa], cap, tokens_per_page=1, enable_prefix_cache=True)
+    assert sg_cap(mm, 32768)["kv_capacity_tokens"] == sp["full_tokens"]
+    # a smaller SWA ratio gives the full pool more tokens (the knob sglang#26907 asks about)
+    assert sglang_split([full, swa], cap, swa_full_tokens_ratio=0.2)["full_tokens"] > 2 * sp["full_tokens"]
+    # negative control: a model without sliding layers puts everything in the full pool
+    assert sglang_split([FullAttentionSpec("full", 62, 8192)], cap)["full_tokens"] == cap // (62 * 8192)
+    with pytest.raises(SpecError, match="swa_full_tokens_ratio"):
+        sglang_split([full, swa], cap, swa_full_tokens_ratio=0)
+
+
+def test_sglang_mamba_pool_takes_ratio_over_one_plus_ratio():
+    from jenga.baselines.sglang import sglang_split
+    sp = sglang_split([FULL, GDN], 19 * GiB)   # mamba_full_memory_ratio 0.9: 9 GiB to states, 10 to KV
+    assert sp["mamba_slots"] == int(19 * GiB * 0.9 / 1.9 // GDN.state_bytes)
+    assert sp["full_tokens"] == int(19 * GiB / 1.9 / FULL.bytes_per_token)
+    # the pools are static: states cannot use idle KV memory (the pool of a state-starved workload)
+    mm = jenga.make_manager("sglang_pools", [FULL, GDN], 19 * GiB, tokens_per_page=1)
+    assert [p.num_pages for p in mm.pool.pools] == [sp["full_tokens"], sp["mamba_slots"]]
+
+
+@pytest.mark.parametrize("system,opts", [
+    ("vllm_hma", {}), ("vllm_hma", {"mamba_cache_mode": "all", "prefix_cache_retention_interval": None}),
+    ("vllm_hma", {"prefix_cache_retention_interval": 64}), ("vllm_hma_off", {}), ("sglang_pools", {}),
+])
+@pytest.mark.parametrize("mix", ["full+swa", "full+mamba"])
+def test_random_streams_keep_the_allocator_invariants(system, opts, mix):
+    """Seeded random streams (shared prefixes, chunked allocation, failed allocations, frees) with
+    every allocator invariant checked after each operation (jenga.testing.check_invariants) -- the
+    what-if systems are study-only, so `make fuzz` does not draw them."""
+    import random
+
+    from jenga.testing import check_invariants
+    specs = {"full+swa": [FullAttentionSpec("full", 2, 64), SlidingWindowSpec("swa", 3, 64, window=20)],
+             "full+mamba": [FullAttentionSpec("full", 2, 64),
+                            MambaSpec("mamba", 2, 1, state_bytes_per_layer=4000, conv_bytes_per_layer=400)]}[mix]
+    if system == "vllm_hma_off" and mix == "full+mamba":
+        pytest.skip("refused at start-up (tested above)")
+    for seed in range(6):
+        rng = random.Random(seed)
+        mm = jenga.make_manager(system, specs, 40_000 * rng.choice([3, 6, 12]), tokens_per_page=4,
+                                enable_prefix_cache=True, **opts)
+        prefixes = [[rng.randrange(1, 50) for _ in range(rng.randrange(8, 120))] for _ in range(3)]
+        running = []
+        for i in range(60):
+            if running and rng.random() < 0.4:
+                r = running.pop(rng.randrange(len(running)))
+                mm.free(r)
+            elif running and rng.random() < 0.5:
+                r = rng.choice(running)
+                mm.allocate(r, rng.randrange(1, 9))       # a failed allocate changes nothing
+            else:
+                r = req(f"r{i}", rng.choice(prefixes) + [rng.randrange(50, 99) for _ in range(rng.randrange(1, 40))])
+                hit = mm.lookup_prefix(r)
+                assert 0 <= hit < len(r.prompt_token_ids)
+                if mm.allocate(r, len(r.prompt_token_ids) - hit):
+                    running.append(r)
+            mm.begin_step()
+            check_invariants(mm)
+        for r in running:
+            mm.free(r)
+        check_invariants(mm)

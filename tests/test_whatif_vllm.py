@@ -1,0 +1,122 @@
+"""vllm_hma against vLLM 0.32's own code (``make test-vllm``): the recurrent-state bytes from vLLM's
+shape calculators, and for every hybrid zoo model the planner's groups, block sizes, block count and
+the KV cache size / max concurrency vLLM reports (``get_kv_cache_capacity``) -- all exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.backends.vllm.plan import have_vllm
+from harness.config import compose_cell
+from harness.models import load_profile
+
+pytestmark = [pytest.mark.vllm,
+              pytest.mark.skipif(not have_vllm(), reason="vLLM tests not run: vLLM is not installed in this "
+                                 "venv; run `make setup-vllm && make test-vllm`")]
+
+HYBRIDS = ["gemma3_4b", "gemma3_12b", "gemma3_27b", "gemma4_31b", "gpt_oss_20b", "gpt_oss_120b",
+           "qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2", "jamba_1_5_mini"]
+GiB = 1 << 30
+
+
+def _profile(name):
+    return load_profile(compose_cell([f"model={name}"]).model)
+
+
+@pytest.mark.parametrize("name", ["qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2"])
+def test_state_bytes_match_vllms_shape_calculator(name):
+    import math
+
+    import torch
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator as C
+    m = compose_cell([f"model={name}"]).model
+    ls = m.extra.linear_state
+    if ls.kind == "gdn":
+        shapes = C.gated_delta_net_state_shape(1, ls.num_k_heads, ls.num_v_heads, ls.head_k_dim, ls.head_v_dim,
+                                               ls.conv_kernel)
+    else:
+        shapes = C.mamba2_state_shape(1, ls.num_heads * ls.head_dim, ls.n_groups, ls.num_heads, ls.head_dim,
+                                      ls.d_state, ls.d_conv)
+    size = {"bfloat16": 2, "float32": 4}
+    conv, state = (math.prod(s) for s in shapes)
+    want = conv * 2 + state * size[ls.state_dtype]
+    spec = next(s for s in _profile(name).specs if s.kind == "mamba")
+    assert spec.state_bytes_per_layer == want
+    assert spec.conv_bytes_per_layer == conv * torch.tensor([], dtype=torch.bfloat16).element_size()
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_vllm_hma_geometry_and_reported_capacity_match_vllm(name, tmp_path):
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+
+    import jenga
+    from harness.backends.vllm.plan import (
+        EngineKnobs,
+        make_vllm_config,
+        plan_kv_cache,
+        vllm_layer_specs,
+        write_proxy_model_dir,
+    )
+    from jenga.baselines.vllm_hma import reported_capacity
+    prof = _profile(name)
+    mml, budget = 32768, 40 * GiB
+    knobs = EngineKnobs(hybrid=True, block_size=16, max_model_len=mml, max_num_batched_tokens=8192,
+                        enable_prefix_caching=True)
+    vc = make_vllm_config(prof, knobs, write_proxy_model_dir(prof, mml, tmp_path / "m"))
+    has_mamba = any(s.kind == "mamba" for s in prof.specs)
+    planned = plan_kv_cache(vc, vllm_layer_specs(prof, 16, "align" if has_mamba else "none"), budget)
+    kvc = planned.kv_cache_config
+    vllm_tokens, vllm_conc = get_kv_cache_capacity(vc, kvc)
+
+    mm = jenga.make_manager("vllm_hma", prof.specs, budget, enable_prefix_cache=True)
+    ours = reported_capacity(mm, mml, max_num_batched_tokens=8192, max_concurrent_batches=vc.max_concurrent_batches)
+    vgroups = sorted(g.kv_cache_spec.block_size for g in kvc.kv_cache_groups)
+    assert vgroups == sorted(t.tokens_per_page for t in mm.types), name
+    assert kvc.num_blocks == ours["num_blocks"], name
+    assert vllm_conc == pytest.approx(ours["max_concurrency"], rel=1e-12), name
+    assert vllm_tokens == ours["kv_capacity_tokens"], name
+
+
+def _hits_both(name, num_sessions, retention, kv_bytes, n=48, max_model_len=4096):
+    """Prefix-hit tokens of the simulator's vllm_hma and of vLLM 0.32's own scheduler + KV cache
+    manager (backend=vllm_sched) on the same sessions trace."""
+    from omegaconf import OmegaConf
+
+    from harness import whatif as w
+    from harness import whatif_workloads as ww
+    from harness.backends.sim.engine import run_cell as sim_run
+    from harness.backends.vllm.sched import run_cell as sched_run
+    a = w.parse_args([f"model={name}", "gpu=h100", f"engine.max_model_len={max_model_len}", f"engine.kv_cache_bytes={kv_bytes}",
+                      "--no-sweep"])
+    prof = w.profile(a)
+    reqs = ww.sessions(n, spec=ww.SessionsSpec(num_sessions=num_sessions, system_tokens=600, user_tokens=300,
+                                               output_len=64))
+    sim = sim_run(w.compose(a, "vllm_hma", {"prefix_cache_retention_interval": retention}, dataset="synthetic"),
+                  prof, reqs).metrics
+    cfg = w.compose(a, "vllm_hma", {}, dataset="synthetic")
+    OmegaConf.set_struct(cfg, False)
+    cfg.backend.name = "vllm_sched"
+    cfg.backend.options = {"prefix_cache_retention_interval": "dense" if retention is None else retention}
+    vs = sched_run(cfg, prof, reqs).metrics
+    assert sim["prompt_tokens"] == vs["prompt_tokens"]
+    return sim["prefix_hit_tokens"], vs["prefix_hit_tokens"]
+
+
+@pytest.mark.parametrize("name,sessions,retention,kv,mml", [
+    ("gemma3_4b", 4, 0, 4_000_000_000, 16384),   # sliding window, vLLM's default retention: 119,232 each
+    ("qwen3_5_4b", 4, 0, 4_000_000_000, 16384),  # gated DeltaNet, align mode: 107,712 each
+    ("qwen3_5_4b", 6, None, 1_500_000_000, 4096),  # align mode, dense retention, evictions: 72,864 each
+    ("gemma3_4b", 6, 0, 1_300_000_000, 4096),    # sliding, retention 0 under pressure: 39,168 each
+])
+def test_vllm_hma_hit_tokens_match_vllms_scheduler(name, sessions, retention, kv, mml):
+    sim, vllm = _hits_both(name, sessions, retention, kv, max_model_len=mml)
+    assert sim == pytest.approx(vllm, rel=0.01) and vllm > 0
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: under eviction pressure with dense retention the simulator "
+                   "keeps more sliding-window hits than vLLM 0.32 (4 sessions: 122,048 vs 117,376 tokens; 6 "
+                   "sessions at 1.3 GB: 58,800 vs 26,624): the order in which vLLM's free queue evicts "
+                   "hashed sliding-window blocks is not modelled exactly")
+def test_vllm_hma_dense_retention_under_pressure():
+    sim, vllm = _hits_both("gemma3_4b", 6, None, 1_300_000_000)
+    assert sim == pytest.approx(vllm, rel=0.01)
