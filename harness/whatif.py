@@ -39,7 +39,6 @@ from pathlib import Path
 import yaml
 
 import jenga
-from harness import whatif_workloads as ww
 from harness.backends.cost.model import CostModel
 from harness.backends.settings import EngineSettings, GpuSettings
 from harness.backends.sim.engine import run_cell as sim_run_cell
@@ -47,8 +46,9 @@ from harness.config import compose_cell
 from harness.config import options as group_options
 from harness.config_json import ConfigJsonError, profile_from_config_json
 from harness.models import load_profile
-from harness.whatif_trace import TraceError, load_trace
 from harness.workloads import build_workload
+from harness.workloads import sessions as ww
+from harness.workloads.trace import TraceError, load_trace
 from jenga.baselines.sglang import reported_capacity as sglang_capacity
 from jenga.baselines.vllm_hma import reported_capacity
 from jenga.registry import ALL_SYSTEM_NAMES, REGISTRY

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from harness import whatif as w
-from harness import whatif_workloads as ww
-from harness.whatif_trace import TraceError, load_trace, validate_trace
+from harness.workloads import sessions as ww
+from harness.workloads.trace import TraceError, load_trace, validate_trace
 
 REPO = Path(__file__).resolve().parents[1]
 

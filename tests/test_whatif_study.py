@@ -1,4 +1,4 @@
-"""harness.whatif_study: the issue-22 studies' driver (bad input before any work; one study end to end)."""
+"""harness.study.whatif: the issue-22 studies' driver (bad input before any work; one study end to end)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from harness.whatif_study.__main__ import main
+from harness.study.whatif.__main__ import main
 
 
 def test_bad_study_files_are_one_error_line(tmp_path, capsys):

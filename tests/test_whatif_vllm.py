@@ -83,9 +83,9 @@ def _hits_both(name, num_sessions, retention, kv_bytes, n=48, max_model_len=4096
     from omegaconf import OmegaConf
 
     from harness import whatif as w
-    from harness import whatif_workloads as ww
     from harness.backends.sim.engine import run_cell as sim_run
     from harness.backends.vllm.sched import run_cell as sched_run
+    from harness.workloads import sessions as ww
     a = w.parse_args([f"model={name}", "gpu=h100", f"engine.max_model_len={max_model_len}", f"engine.kv_cache_bytes={kv_bytes}",
                       "--no-sweep"])
     prof = w.profile(a)

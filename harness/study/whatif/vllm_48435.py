@@ -1,6 +1,6 @@
 """vllm#48435: Gemma-4-31B (10 full / 50 sliding-1024 layers), chat sessions served round-robin:
 prefix hits collapse to zero at ~34-38k tokens of context in a 153k-token pool; a prefix-cache
-retention interval fixes it. Ours: the same shape of workload (``harness.whatif_workloads.sessions``)
+retention interval fixes it. Ours: the same shape of workload (``harness.workloads.sessions.sessions``)
 on a pool vLLM 0.32 reports at ~153k tokens, hit rate per turn against the session's context, for
 vLLM's default retention 0, a retention interval, dense retention, and Jenga."""
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import whatif as w
-from harness import whatif_workloads as ww
-from harness.whatif_study.common import SIM_NOTE, args, simulate, source_line
+from harness.study.whatif.common import SIM_NOTE, args, simulate, source_line
+from harness.workloads import sessions as ww
 
 
 def run(study: dict, out: Path) -> list[dict]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import whatif as w
-from harness import whatif_workloads as ww
-from harness.whatif_study.common import SIM_NOTE, args, simulate
+from harness.study.whatif.common import SIM_NOTE, args, simulate
+from harness.workloads import sessions as ww
 
 
 def run(study: dict, out: Path) -> list[dict]:

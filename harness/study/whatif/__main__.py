@@ -1,4 +1,4 @@
-"""``python -m harness.whatif_study experiments/whatif/<name>.yaml [...] [--out DIR] [--report-only]``:
+"""``python -m harness.study.whatif experiments/whatif/<name>.yaml [...] [--out DIR] [--report-only]``:
 run each study file, write its summary, figure and report; ``--report-only`` rewrites REPORT.md from
 the existing summary.csv (after editing a study's ``finding:``). Bad input is one ``error:`` line
 (exit 2)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.whatif_study import STUDIES
+from harness.study.whatif import STUDIES
 
 
 def _load(path: str) -> dict:
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for study in studies:
-        mod = importlib.import_module(f"harness.whatif_study.{study['kind']}")
+        mod = importlib.import_module(f"harness.study.whatif.{study['kind']}")
         out = out_root / study["name"]
         t0 = time.perf_counter()
         if report_only:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import whatif as w
-from harness.whatif_study.common import SIM_NOTE, args, simulate, source_line
+from harness.study.whatif.common import SIM_NOTE, args, simulate, source_line
 from harness.workloads.request import Request
 
 

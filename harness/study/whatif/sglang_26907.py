@@ -1,14 +1,14 @@
 """sglang#26907: which SWA pool ratio (``--swa-full-tokens-ratio``) and retention suit an agent
 trace? Ours: an agent trace (shared system prompt, tool outputs, forks;
-``harness.whatif_workloads.agent``) on a tight pool, SGLang's ratio swept, beside vLLM 0.32's
+``harness.workloads.sessions.agent``) on a tight pool, SGLang's ratio swept, beside vLLM 0.32's
 retention interval and Jenga."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness import whatif_workloads as ww
-from harness.whatif_study.common import SIM_NOTE, args, simulate, source_line
+from harness.study.whatif.common import SIM_NOTE, args, simulate, source_line
+from harness.workloads import sessions as ww
 
 
 def variants(study):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import whatif as w
-from harness.whatif_study.common import args, source_line
+from harness.study.whatif.common import args, source_line
 
 
 def run(study: dict, out: Path) -> list[dict]:
