@@ -15,12 +15,13 @@ import argparse
 import gc
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 import jenga
 from jenga import CrossAttentionSpec, FullAttentionSpec, ImageSpan, SlidingWindowSpec
+from jenga.testing import StubRequest
 
 KV = 8 * 128 * 2 * 2  # 8 KV heads x 128 head dim x (K, V) x bf16
 MODELS = {
@@ -32,12 +33,8 @@ MODELS = {
 
 
 @dataclass
-class Req:
-    request_id: str
-    prompt_token_ids: np.ndarray
-    images: tuple = ()
-    output_token_ids: list = field(default_factory=list)
-    out_len: int = 0
+class Req(StubRequest):
+    out_len: int = 0      # tokens the stream lets it generate
 
 
 def op_stream(seed: int, n_requests: int, images: bool):

@@ -9,7 +9,10 @@ usage breakdown sums to capacity; held data never falls below needed bytes.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from itertools import pairwise
+
+import numpy as np
 
 from jenga.manager_base import PagedManager
 from jenga.pools.exact import ExactPool
@@ -168,3 +171,17 @@ def _dump(x, depth: int, unordered: bool = False):
             continue
         fields[n] = _dump(v, depth + 1, n in _LOOKUP_ONLY)
     return (type(x).__name__, fields)
+
+
+@dataclass
+class StubRequest:
+    """A minimal :class:`jenga.interface.RequestView` for tests and benchmarks."""
+
+    request_id: str
+    prompt_token_ids: np.ndarray
+    images: tuple = ()
+    output_token_ids: list = field(default_factory=list)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)

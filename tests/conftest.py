@@ -6,24 +6,12 @@ for ``sim_fakes``); the ``make_req`` fixture gives the same factory to tests tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pytest
 
+from jenga.testing import StubRequest
 
-@dataclass
-class Req:
-    """A minimal ``jenga.interface.RequestView``."""
-
-    request_id: str
-    prompt_token_ids: np.ndarray
-    images: tuple = ()
-    output_token_ids: list = field(default_factory=list)
-
-    @property
-    def prompt_len(self) -> int:
-        return len(self.prompt_token_ids)
+Req = StubRequest   # a minimal jenga.interface.RequestView
 
 
 def req(rid: str, tokens, images=()) -> Req:

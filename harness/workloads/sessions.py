@@ -58,22 +58,28 @@ def _tokens(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:
     return rng.integers(REPLY_VOCAB + 1, hi, size=n).tolist()
 
 
+def _round_robin(out: list, num_requests: int, n: int):
+    """(round, member) pairs, members served in turn, until ``out`` holds ``num_requests``."""
+    rnd = 0
+    while len(out) < num_requests:
+        for k in range(n):
+            if len(out) >= num_requests:
+                return
+            yield rnd, k
+        rnd += 1
+
+
 def sessions(num_requests: int, seed: int = 0, vocab_size: int = 150_000, spec: SessionsSpec = SessionsSpec()) -> list[Request]:
     """``num_requests`` turns of ``spec.num_sessions`` sessions, served round-robin."""
     rng = np.random.default_rng(seed)
     ctx = [_tokens(rng, spec.system_tokens, vocab_size) for _ in range(spec.num_sessions)]
     out: list[Request] = []
-    turn = 0
-    while len(out) < num_requests:
-        for s in range(spec.num_sessions):
-            if len(out) >= num_requests:
-                break
-            rid = f"s{s}-t{turn}"
-            prompt = ctx[s] + _tokens(rng, spec.user_tokens, vocab_size)
-            out.append(Request(rid, len(out) * spec.think_time_s, np.asarray(prompt, dtype=np.int32),
-                               spec.output_len, prefix_group=f"session{s}"))
-            ctx[s] = prompt + reply_tokens(rid, spec.output_len)
-        turn += 1
+    for turn, s in _round_robin(out, num_requests, spec.num_sessions):
+        rid = f"s{s}-t{turn}"
+        prompt = ctx[s] + _tokens(rng, spec.user_tokens, vocab_size)
+        out.append(Request(rid, len(out) * spec.think_time_s, np.asarray(prompt, dtype=np.int32),
+                           spec.output_len, prefix_group=f"session{s}"))
+        ctx[s] = prompt + reply_tokens(rid, spec.output_len)
     return out
 
 
@@ -83,21 +89,16 @@ def agent(num_requests: int, seed: int = 0, vocab_size: int = 150_000, spec: Age
     system = _tokens(rng, spec.system_tokens, vocab_size)
     ctx = [system + _tokens(rng, spec.task_tokens, vocab_size) for _ in range(spec.num_agents)]
     out: list[Request] = []
-    step = 0
-    while len(out) < num_requests:
-        for a in range(spec.num_agents):
-            if len(out) >= num_requests:
-                break
-            rid = f"a{a}-s{step}"
-            t = len(out) * spec.step_gap_s
-            out.append(Request(rid, t, np.asarray(ctx[a], dtype=np.int32), spec.output_len, prefix_group=f"agent{a}"))
-            if spec.branch_every and step % spec.branch_every == spec.branch_every - 1 and len(out) < num_requests:
-                # the fork: same context, a different instruction appended (a retry / parallel tool call)
-                alt = f"a{a}-s{step}-b"
-                out.append(Request(alt, t, np.asarray(ctx[a] + _tokens(rng, 32, vocab_size), dtype=np.int32),
-                                   spec.output_len, prefix_group=f"agent{a}"))
-            ctx[a] = ctx[a] + reply_tokens(rid, spec.output_len) + _tokens(rng, spec.tool_tokens, vocab_size)
-        step += 1
+    for step, a in _round_robin(out, num_requests, spec.num_agents):
+        rid = f"a{a}-s{step}"
+        t = len(out) * spec.step_gap_s
+        out.append(Request(rid, t, np.asarray(ctx[a], dtype=np.int32), spec.output_len, prefix_group=f"agent{a}"))
+        if spec.branch_every and step % spec.branch_every == spec.branch_every - 1 and len(out) < num_requests:
+            # the fork: same context, a different instruction appended (a retry / parallel tool call)
+            alt = f"a{a}-s{step}-b"
+            out.append(Request(alt, t, np.asarray(ctx[a] + _tokens(rng, 32, vocab_size), dtype=np.int32),
+                               spec.output_len, prefix_group=f"agent{a}"))
+        ctx[a] = ctx[a] + reply_tokens(rid, spec.output_len) + _tokens(rng, spec.tool_tokens, vocab_size)
     return out
 
 
