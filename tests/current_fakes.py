@@ -36,3 +36,24 @@ def run_prompt(m, r, decode: int = 0) -> int:
         r.output_token_ids.append(9000 + i)
         assert m.allocate(r, 1)
     return hit
+
+
+def sibling_hit_demand(m) -> int:
+    """a's article pages are cached, b recomputes the article, c hits 20 tokens of it: the bytes the
+    full-prompt gate counts for c's first step (the ``get_one_block`` scenario); checks invariants."""
+    from conftest import req
+
+    from jenga.baselines.current import full_sequence_demand
+    from jenga.testing import check_invariants
+
+    a = req("a", ARTICLE + [5])
+    run_prompt(m, a)
+    m.free(a)
+    assert m.allocate(req("b", ARTICLE + [7]), 21)
+    c = req("c", ARTICLE + [8])
+    hit = m.lookup_prefix(c)
+    assert hit == 20
+    demand = full_sequence_demand(m, c, hit, 21, 8)
+    assert m.allocate(c, 1)
+    check_invariants(m)
+    return demand
