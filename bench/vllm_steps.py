@@ -26,9 +26,9 @@ HEAD = ("| cell | variant | budget (fraction, GB) | plugin steps / preempt / hit
 
 def run_budget(name: str, variant: str, frac: float) -> dict:
     """One (cell, variant, budget): each system's metrics, or its start-up refusal."""
-    from harness.backends.vllm import sched as vllm_sched
-    from harness.backends.settings import EngineSettings, GpuSettings
     from harness.backends.cost.model import CostModel
+    from harness.backends.settings import EngineSettings, GpuSettings
+    from harness.backends.vllm import sched as vllm_sched
     from harness.config import compose_cell
     from harness.models import load_profile
     from harness.tools.crosscheck import CELLS, VARIANTS

@@ -60,3 +60,30 @@ class BlockHasher:
             h = x.intdigest()
             self.hashes.append(h)
         return self.hashes[i]
+
+    def chain(self, end: int) -> list[int]:
+        """The chain extended to the prefix ``[0, end)`` as far as its tokens are known (block
+        ``i``'s hash at index ``i``: ``hash_at(e) == chain(e)[e // block - 1]`` when known). The
+        list itself, not a copy: callers read it and never change it."""
+        end = min(end, self._known())
+        end -= end % self.block
+        if end > len(self.hashes) * self.block:
+            self.hash_at(end)
+        return self.hashes
+
+    def page_hashes(self, tpp: int, npages: int) -> list[int]:
+        """Hashes of the prefixes ending at pages ``0 .. npages-1`` of ``tpp`` tokens (``tpp`` a
+        multiple of the block), as far as the tokens are known: the chain is extended once and
+        read by index, instead of one :meth:`hash_at` per page (a 150k-token prompt has ~10k
+        pages per layer type, looked up at every admission). Shorter than ``npages`` when the
+        later pages' tokens are not known yet; equal, page for page, to ``hash_at((j+1)*tpp)``."""
+        if npages <= 0:
+            return []
+        B = self.block
+        end = min(npages * tpp, self._known())
+        end -= end % tpp
+        if end > 0:
+            self.hash_at(end)
+        k = tpp // B
+        n = min(npages, len(self.hashes) // k)
+        return self.hashes[k - 1:n * k:k] if k > 1 else self.hashes[:n]

@@ -69,6 +69,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.copy_key: list[dict[int, object]] = [{} for _ in range(n)]
         self.reqs: dict[object, ReqState] = {}
         self.pending: dict[object, tuple] = {}
+        # Evictions so far, and the count each pending lookup saw (prefix._hit_at_admission).
+        self._evictions = 0
+        self._lookup_stamp: dict[object, int] = {}
         self.now = 0
         self.tot_needed = 0
         self.tot_held = 0
@@ -154,6 +157,24 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         pool has them without evicting. (Released pages and pinned hits never take room.)"""
         return not demand or self.pool.sure_fit(demand, owner)
 
+    def _pool_verdict(self, demand: dict[int, int], pinned, owner: object, exact: bool) -> bool | None:
+        """The pool's answer for an allocation ``_sure_fit`` was unsure of: True when it cannot fail
+        (so it needs no undo log), False when it must fail (``exact`` only: a new request's
+        admission, nothing released first), None when only trying tells. ``pinned``: the cached
+        pages its hit pins first, as ``(t, sid)``. Asked only of systems whose fit is the pool's
+        (the oracle counts bytes and keeps its log)."""
+        if not demand or not self.fits_without_pages or type(self)._fits is not PagedManager._fits:
+            return None
+        pool = self.pool
+        fits_exactly = getattr(pool, "fits_exactly", None)
+        if fits_exactly is not None:  # flat pools: exact, so a doomed admission returns at once
+            ok = fits_exactly(demand, pinned)
+            return ok if (ok or exact) else None
+        bound = getattr(pool, "sure_fit_evicting", None)
+        if bound is not None and bound(demand, owner, pinned):
+            return True
+        return None
+
     def _begin(self, rs: ReqState | None) -> Journal:
         j = Journal()
         for name in self._journal_attrs:
@@ -213,7 +234,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             return True
         if plans is None:
             plans = [None] * len(held)
-        j = None if self._sure_fit(rs, demand, rs.rid) else self._begin(rs)
+        sure = self._sure_fit(rs, demand, rs.rid) or self._pool_verdict(demand, (), rs.rid, False) is True
+        j = None if sure else self._begin(rs)
         self.now += 1
         # Tokens allocated so far are computed now: last step's transient pages join the cache and
         # pages no layer reads any more are released (stale).
@@ -245,7 +267,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             hasher = self._hasher(request)
         rs = ReqState(rid, len(request.prompt_token_ids), image_infos(request, self.images_in_prompt),
                       len(self.types), hasher)
-        prev = self._longest_hit(hasher, rs.images, hit) if hit else 0
+        prev = self._hit_at_admission(rid, hasher, rs.images, hit) if hit else 0
         rs.start = prev
         T = hit + n
         plans, demand = [], {}
@@ -259,7 +281,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         for t, js in hits.items():
             demand[t] -= len(js)
         demand = {t: c for t, c in demand.items() if c > 0}
-        j = None if self._sure_fit(None, demand, rid) else self._begin(None)
+        j = None
+        if not self._sure_fit(None, demand, rid):
+            verdict = self._pool_verdict(demand, [(t, sid) for t, js in hits.items() for _, sid in js], rid, True)
+            if verdict is False:
+                # Must fail: the same answer as trying under the undo log (which changes nothing).
+                return False
+            if verdict is None:
+                j = self._begin(None)
         self.now += 1
         self.extra_counts["hit_lost_tokens"] += hit - prev
         if not self._fits(rs, prev, T, demand, hits) or not self._alloc_pages(rs, plans, hits, T):
@@ -343,10 +372,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 continue
             tpp, pages = st.tokens_per_page, rs.pages[t]
             end = computed // tpp
-            for j in range(rs.reg[t], end):
-                sid = pages.get(j)
-                if sid is not None and self._cacheable(rs, t, j):
-                    self._register(t, sid, rs.hasher.hash_at((j + 1) * tpp))
+            if rs.reg[t] < end:
+                # The chain is extended once and read by index (hash_at((j + 1) * tpp), unrolled).
+                hs, k = rs.hasher.chain(end * tpp), tpp // rs.hasher.block
+                for j in range(rs.reg[t], end):
+                    sid = pages.get(j)
+                    if sid is not None and self._cacheable(rs, t, j):
+                        i = (j + 1) * k - 1
+                        self._register(t, sid, hs[i] if i < len(hs) else None)
             rs.reg[t] = max(rs.reg[t], end)
 
     def _cacheable(self, rs: ReqState, t: int, j: int) -> bool:
@@ -370,6 +403,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     def free(self, request: RequestView) -> None:
         rid = request.request_id
         self.pending.pop(rid, None)
+        self._lookup_stamp.pop(rid, None)
         rs = self.reqs.pop(rid, None)
         if rs is None:
             return

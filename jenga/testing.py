@@ -127,7 +127,7 @@ def _check_exact(mgr: PagedManager) -> None:
 # Fields that are caches or wiring, not state: lazily extended hashes and image bases, the undo
 # log, eviction callbacks, the immutable policies/specs.
 _NOT_STATE = frozenset({"hasher", "_bases", "_j", "on_evict", "_on_evict", "policy", "acct", "specs", "types",
-                        "geometry", "_tinfo", "hashes"})
+                        "geometry", "_tinfo", "hashes", "_evictions", "_lookup_stamp"})
 
 
 # Dicts only ever looked up (never iterated by the allocator): their insertion order is not state.

@@ -95,6 +95,51 @@ class LcmPagePool:
                 need += cdiv(n, r)
         return need <= len(self.free_large)
 
+    def sure_fit_evicting(self, demand: dict[int, int], owner: object, pinned=()) -> bool:
+        """A sound bound: True only when ``alloc`` of ``demand`` (pages per type, taken in type
+        order, after the cached pages ``pinned`` -- ``(t, sid)`` pairs -- are hit) cannot fail and
+        :meth:`can_fit` agrees, evicting whole large pages if needed. False when unsure.
+
+        Counts the owner's free slots, then whole large pages that are free or evictable (the
+        request-aware order takes its own page, then a new large page, then evicts the LRU large
+        page, before any other step). Unlike :meth:`can_fit` it counts no empty slot of another
+        large page: an evictable large page's empty slots are taken by evicting it, so counting
+        both counts them twice (``can_fit`` says yes and the allocation fails; the negative control
+        in tests/test_sure_bound.py). An owner's partial page that is evictable (its used slots
+        were cached) is spent when its slots are taken, and a pinned hit's large page stops being
+        evictable, so each is one large page fewer. Releases the allocation makes first only add
+        room. Without request-awareness or without the cache this is :meth:`sure_fit`."""
+        if self.sure_fit(demand, owner):
+            return True
+        lru = self.large_lru
+        if lru is None or not self.request_aware or not len(lru):
+            return False
+        avail = len(self.free_large) + len(lru)
+        need = 0
+        lp_slots, ratio = self.lp_slots, self.ratio
+        for t, n in demand.items():
+            r = ratio[t]
+            if r > 1:
+                own = self.owner_partial.get((t, owner))
+                if own:
+                    for lp in own:
+                        n -= len(lp_slots[lp])
+                        if lp in lru:
+                            avail -= 1
+            if n > 0:
+                need += cdiv(n, r)
+        if need > avail:
+            return False
+        seen = set()
+        for t, sid in pinned:
+            lp = sid // ratio[t]
+            if lp not in seen and lp in lru:
+                seen.add(lp)
+                avail -= 1
+                if need > avail:
+                    return False
+        return True
+
     def _touch(self, lp: int) -> None:
         """Log the large page's whole record before it changes."""
         slots = self.lp_slots[lp]

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.backends.settings import EngineSettings, GpuSettings
 from harness.backends.cost.model import CostModel
+from harness.backends.settings import EngineSettings, GpuSettings
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.backends.cost.model import CostModel
 from harness.backends.settings import EngineSettings
 from harness.backends.sim import specdec, vision_cache
-from harness.backends.cost.model import CostModel
 from harness.backends.sim.scheduler import Scheduler
 from harness.profile import ModelProfile
 from jenga.baselines.marconi import prefix_flops
