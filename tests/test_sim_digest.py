@@ -1,0 +1,92 @@
+"""Digests of whole simulated cells: a speed-up of the allocator or the loop changes no number.
+
+Each case is one Fig. 14 cell (the study file's own settings, fewer requests so it runs in seconds)
+on the long-context models where the allocator does the most work: Llama-4 Scout's 150k-token
+prompts, Gemma-3 and Ministral's sliding windows with prefix caching, Jamba's Mamba checkpoints,
+and character.ai's cell on which reusing ``LcmPagePool.can_fit`` as the "cannot fail" bound broke
+(issue 20). The digest covers the record's metrics, every trace row and the meta -- everything a
+record holds but the wall time. The expected values were computed at 3b9267d, before issue 20's
+changes, and every later commit must reproduce them. A change that is *meant* to move numbers
+(the step-time model, a scheduling rule) updates them with ``python -m tests.test_sim_digest``
+and says so in its commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.backends.sim import engine
+from harness.config import compose_cell
+from harness.models import load_profile
+from harness.workloads import build_workload
+
+REPO = Path(__file__).resolve().parents[1]
+
+# (model, system, seed, requests) -> digest at 3b9267d
+FAST = {
+    ("character_70b_fp8", "jenga", 1, 20): "595cdc4918e508f8",
+    ("jamba_1_5_mini", "jenga", 0, 100): "993e9e2e41650a1c",
+    ("ministral_8b", "jenga", 0, 12): "3e901dca03c22b45",
+    ("ministral_8b", "vllm", 2, 10): "3e6d64f1d9cdbd84",
+}
+SLOW = {
+    ("llama4_scout", "jenga", 0, 24): "1c5e53f96ce876a0",
+    ("llama4_scout", "max_page", 0, 24): "0685c22a4530b730",
+    ("llama4_scout", "jenga", 0, 10): "626975792567021e",
+    ("gemma3_12b", "jenga", 1, 16): "156c8c2bbadea3dc",
+    ("gemma3_12b", "jenga", 1, 8): "704ad5ea8781a458",
+    ("gemma3_12b", "max_page", 0, 16): "924b73a3489173f1",
+    ("gemma3_12b", "max_page", 0, 8): "8f84e2c7b76d033d",
+}
+
+
+def fig14_overrides(model: str, system: str, seed: int) -> list[str]:
+    """The Fig. 14 study's overrides of one cell (H100), as the study driver plans them."""
+    from harness.study.kinds import plan_cells
+
+    path = REPO / "experiments" / "fig14.yaml"
+    _, _, cells = plan_cells(str(path), yaml.safe_load(path.read_text()), [])
+    sel = [o for o in cells if f"model={model}" in o and f"system={system}" in o and f"seed={seed}" in o]
+    assert len(sel) == 1, f"{model}/{system}/seed {seed}: {len(sel)} cells in fig14.yaml"
+    return sel[0]
+
+
+def cell_digest(model: str, system: str, seed: int, requests: int) -> str:
+    cfg = compose_cell([*fig14_overrides(model, system, seed), f"dataset.num_requests={requests}"])
+    r = engine.run_cell(cfg, load_profile(cfg.model), build_workload(cfg))
+    blob = json.dumps({"metrics": r.metrics, "trace": r.trace, "meta": r.meta}, sort_keys=True, default=repr)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("case", sorted(FAST))
+def test_cell_digest_unchanged(case):
+    assert cell_digest(*case) == FAST[case]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(SLOW))
+def test_long_context_cell_digest_unchanged(case):
+    assert cell_digest(*case) == SLOW[case]
+
+
+def test_digest_sees_a_changed_number(monkeypatch):
+    """Negative control: the digest is not blind -- one step-time nudge moves it."""
+    case = ("ministral_8b", "vllm", 2, 10)
+    real = engine.run_loop
+
+    def nudged(sched, mm, step_cost, *a, **k):
+        return real(sched, mm, lambda step: step_cost(step) * (1 + 1e-12), *a, **k)
+
+    monkeypatch.setattr(engine, "run_loop", nudged)
+    assert cell_digest(*case) != FAST[case]
+
+
+if __name__ == "__main__":
+    for table in (FAST, SLOW):
+        for case in sorted(table):
+            print(case, cell_digest(*case))
