@@ -17,7 +17,7 @@ import math
 
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
-from jenga.policies import FullPolicy, policy_for
+from jenga.policies import FullPolicy, Policy, policy_for
 from jenga.pools import PagePool
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
@@ -88,6 +88,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                         2 if st.policy.state_based else 1 if st.policy.image_based else 0, st.state_bytes)
                        for st in self.types]
         self.align = math.lcm(*token_tpps) if token_tpps else 1
+        # Per type: may _release_pages take the unrolled path (_release_run)? Token pages whose
+        # policy and manager keep the default key, prefix-length and release hooks.
+        cls = type(self)
+        plain = (cls._page_key is PrefixCacheMixin._page_key and cls._unref is PrefixCacheMixin._unref
+                 and cls._cache_copy is PrefixCacheMixin._cache_copy and cls._undup is PrefixCacheMixin._undup)
+        self._plain_release = [plain and not (st.policy.image_based or st.policy.state_based)
+                               and type(st.policy).set_prefix_length is Policy.set_prefix_length
+                               for st in self.types]
 
     # -- extension hooks (public: a new system subclasses and overrides these) -----------------------
     # ``storage_types`` (which pages are kept for which layers), ``accounted_specs`` (the layer types
@@ -321,10 +329,18 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         return False
 
     def _try_alloc(self, rs, plans, hits, T, tight, pins, done) -> bool:
+        plain_pin = self._j is None and type(self)._pin is PrefixCacheMixin._pin
         for t, js in hits.items():
+            pages, ref, from_cached = rs.pages[t], self.ref[t], self.pool.from_cached
             for j, sid in js:
-                self._pin(t, sid, self._page_data(rs, t, j, T), pins)
-                rs.pages[t][j] = sid
+                if plain_pin and not ref.get(sid):
+                    # _pin of a cached page, unrolled (a hit pins thousands): its data size only
+                    # matters for a page shared with a running request.
+                    pins.append((t, sid, from_cached(t, sid), 0))
+                    ref[sid] = 1
+                else:
+                    self._pin(t, sid, self._page_data(rs, t, j, T), pins)
+                pages[j] = sid
         alloc_many, jr = self.pool.alloc_many, self._j
         for t, plan in enumerate(plans):
             if plan is None or not plan[1]:
@@ -367,6 +383,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         """Put the request's newly full token pages in the cache index as soon as they are allocated
         (their K/V is written this step), so later requests share them -- as vLLM v1 does."""
         computed = rs.T
+        cls = type(self)
+        plain = (self._j is None and cls._register is PrefixCacheMixin._register
+                 and cls._cacheable is PagedManager._cacheable and cls._register_copy is PrefixCacheMixin._register_copy)
         for t, st in enumerate(self.types):
             if st.policy.image_based or st.policy.state_based:
                 continue
@@ -375,11 +394,33 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             if rs.reg[t] < end:
                 # The chain is extended once and read by index (hash_at((j + 1) * tpp), unrolled).
                 hs, k = rs.hasher.chain(end * tpp), tpp // rs.hasher.block
+                nh = len(hs)
+                if plain:
+                    # _register, unrolled for the default hooks (nothing is logged after _end).
+                    page_key, index, ref = self.page_key[t], self.index[t], self.ref[t]
+                    copies = self.keep_block_copies
+                    for j in range(rs.reg[t], end):
+                        sid = pages.get(j)
+                        i = (j + 1) * k - 1
+                        if sid is None or i >= nh or sid in page_key:
+                            continue
+                        key = hs[i]
+                        owner = index.get(key)
+                        if owner is None:
+                            index[key] = sid
+                            page_key[sid] = key
+                        elif copies:
+                            self._register_copy(t, sid, key)
+                        elif owner != sid and not ref.get(owner, 0):
+                            index[key] = sid
+                            page_key[sid] = key
+                    rs.reg[t] = max(rs.reg[t], end)
+                    continue
                 for j in range(rs.reg[t], end):
                     sid = pages.get(j)
                     if sid is not None and self._cacheable(rs, t, j):
                         i = (j + 1) * k - 1
-                        self._register(t, sid, hs[i] if i < len(hs) else None)
+                        self._register(t, sid, hs[i] if i < nh else None)
             rs.reg[t] = max(rs.reg[t], end)
 
     def _cacheable(self, rs: ReqState, t: int, j: int) -> bool:
@@ -394,10 +435,50 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         cache = self.enable_prefix_cache
         if self._j is not None:
             self._j.contents(pages)  # its order is the order pages are released on free
+        elif self._plain_release[t]:
+            self._release_run(rs, t, js, ts, tpp)
+            return
         for j in js:
             sid = pages.pop(j)
             key = self._page_key(rs, t, j, rs.T) if cache else None
             self._unref(t, sid, ts, pol.set_prefix_length(rs, j, tpp), key, self._page_data(rs, t, j, rs.T))
+
+    def _release_run(self, rs: ReqState, t: int, js, ts: int, tpp: int) -> None:
+        """:meth:`_release_pages` for a run of token pages when nothing is logged and the manager
+        and policy keep the default hooks (``_page_key``, ``_unref``, ``set_prefix_length``): the
+        same steps in the same order, unrolled -- the key read from the hash chain by index, the
+        prefix length the page's end -- so a finished 150k-token request releasing ~10k pages per
+        layer type costs one pass, not five calls per page (issue 20)."""
+        pages, ref, page_key, index = rs.pages[t], self.ref[t], self.page_key[t], self.index[t]
+        pool = self.pool
+        to_cached, pfree = pool.to_cached, pool.free
+        cache, copies = self.enable_prefix_cache, self.keep_block_copies
+        copy_key = self.copy_key[t]
+        T = rs.T
+        hs, k = (rs.hasher.chain(T), tpp // rs.hasher.block) if cache else ((), 1)
+        nh = len(hs)
+        for j in js:
+            sid = pages.pop(j)
+            end = (j + 1) * tpp
+            if copies and sid in copy_key and self._cache_copy(t, sid, ts, end):
+                continue
+            r = ref[sid] - 1
+            if r > 0:
+                ref[sid] = r
+                self._undup(t, sid, r)
+                continue
+            del ref[sid]
+            if cache:
+                key = page_key.get(sid)
+                if key is None and end <= T:
+                    i = (j + 1) * k - 1
+                    key = hs[i] if i < nh else None
+                if key is not None and index.setdefault(key, sid) == sid:
+                    page_key[sid] = key
+                    to_cached(t, sid, ts, end)
+                    continue
+            page_key.pop(sid, None)
+            pfree(t, sid)
 
     # -- free and usage -----------------------------------------------------------------------------
     def free(self, request: RequestView) -> None:
