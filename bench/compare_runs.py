@@ -1,0 +1,53 @@
+"""Are two sets of cell records the same but for wall time? (issue 20's "numbers must not change")
+
+    python -m bench.compare_runs OLD/results/runs NEW/results/runs
+
+Cells are matched by (backend, gpu, model, dataset, system, seed, overrides); per cell the record
+(every field but ``wall_s`` and ``provenance`` -- git revision, code fingerprint, time) and the
+``trace.csv`` beside it must be byte-for-byte the same. The record's folder name holds the code
+fingerprint, so a changed allocator always writes new folders: matching by the cell's keys is what
+makes the comparison possible. Exit 1 on any difference or unmatched cell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+IGNORED = {"wall_s", "provenance", "reused"}
+
+
+def cells(runs: Path) -> dict[tuple, tuple[str, str]]:
+    out = {}
+    for rec_path in sorted(runs.rglob("record.json")):
+        rec = json.loads(rec_path.read_text())
+        key = (rec.get("backend"), rec.get("gpu"), rec.get("model"), rec.get("dataset"), rec.get("system"),
+               rec.get("seed"), tuple(rec.get("overrides") or ()))
+        body = json.dumps({k: v for k, v in rec.items() if k not in IGNORED}, sort_keys=True)
+        trace = rec_path.with_name("trace.csv")
+        tdig = hashlib.sha256(trace.read_bytes()).hexdigest() if trace.exists() else "-"
+        if key in out:
+            raise SystemExit(f"two records for one cell under {runs}: {key}")
+        out[key] = (hashlib.sha256(body.encode()).hexdigest(), tdig)
+    return out
+
+
+def main(old: str, new: str) -> int:
+    a, b = cells(Path(old)), cells(Path(new))
+    only = sorted(set(a) ^ set(b), key=str)
+    diff = sorted((k for k in set(a) & set(b) if a[k] != b[k]), key=str)
+    for k in only:
+        print(f"unmatched: {k[:6]} ({'old' if k in a else 'new'} only)")
+    for k in diff:
+        what = " and ".join(n for n, x, y in zip(("record", "trace"), a[k], b[k]) if x != y)
+        print(f"differs ({what}): {k[:6]}")
+    print(f"{len(set(a) & set(b))} cells compared, {len(diff)} differ, {len(only)} unmatched")
+    return 1 if (diff or only) else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit(__doc__)
+    sys.exit(main(*sys.argv[1:]))
