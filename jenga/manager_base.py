@@ -165,12 +165,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         pool has them without evicting. (Released pages and pinned hits never take room.)"""
         return not demand or self.pool.sure_fit(demand, owner)
 
-    def _pool_verdict(self, demand: dict[int, int], pinned, owner: object, exact: bool) -> bool | None:
+    def _pool_verdict(self, demand: dict[int, int], pinned, owner: object, exact: bool,
+                      released=None) -> bool | None:
         """The pool's answer for an allocation ``_sure_fit`` was unsure of: True when it cannot fail
         (so it needs no undo log), False when it must fail (``exact`` only: a new request's
         admission, nothing released first), None when only trying tells. ``pinned``: the cached
-        pages its hit pins first, as ``(t, sid)``. Asked only of systems whose fit is the pool's
-        (the oracle counts bytes and keeps its log)."""
+        pages its hit pins first, as ``(t, sid)``; ``released``: a callable giving the used pages
+        it releases first that no other request holds (asked only if the rest is not enough).
+        Asked only of systems whose fit is the pool's (the oracle counts bytes and keeps its log)."""
         if not demand or not self.fits_without_pages or type(self)._fits is not PagedManager._fits:
             return None
         pool = self.pool
@@ -179,9 +181,21 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             ok = fits_exactly(demand, pinned)
             return ok if (ok or exact) else None
         bound = getattr(pool, "sure_fit_evicting", None)
-        if bound is not None and bound(demand, owner, pinned):
+        if bound is None:
+            return None
+        if bound(demand, owner, pinned) or (released is not None and bound(demand, owner, pinned, released())):
             return True
         return None
+
+    def _sole_held(self, rs: ReqState, plans) -> list[tuple[int, int]]:
+        """The pages this step's allocation releases before taking new ones (out of window) that
+        no other request holds, as ``(t, sid)``."""
+        out = []
+        for t, plan in enumerate(plans):
+            if plan is not None and plan[2]:
+                pages, ref = rs.pages[t], self.ref[t]
+                out += [(t, pages[j]) for j in plan[2] if ref.get(pages[j]) == 1]
+        return out
 
     def _begin(self, rs: ReqState | None) -> Journal:
         j = Journal()
@@ -242,7 +256,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             return True
         if plans is None:
             plans = [None] * len(held)
-        sure = self._sure_fit(rs, demand, rs.rid) or self._pool_verdict(demand, (), rs.rid, False) is True
+        sure = (self._sure_fit(rs, demand, rs.rid)
+                or self._pool_verdict(demand, (), rs.rid, False, lambda: self._sole_held(rs, plans)) is True)
         j = None if sure else self._begin(rs)
         self.now += 1
         # Tokens allocated so far are computed now: last step's transient pages join the cache and

@@ -69,13 +69,18 @@ def _state(mix, nlarge, ops):
     return pool, held, cached
 
 
-def _try(pool, demand, owner, pinned) -> tuple[bool, bool]:
-    """Pin, then take the demand type by type as PagedManager._try_alloc does; undo everything.
-    Returns (every page was given, can_fit after the pins)."""
+def _try(pool, demand, owner, pinned, released=()) -> tuple[bool, bool]:
+    """Release (free or cache), pin, then take the demand type by type as PagedManager.allocate
+    and _try_alloc do; undo everything. Returns (every page was given, can_fit after the pins)."""
     j, hook = Journal(), pool.on_evict
     pool.on_evict = lambda t, sid: None  # the journal restores the pool, not our lists
     pool.begin(j)
     try:
+        for t, sid, cache in released:
+            if cache:
+                pool.to_cached(t, sid, 10**6, 16)
+            else:
+                pool.free(t, sid)
         for t, sid in pinned:
             pool.from_cached(t, sid)
         fits = pool.can_fit(demand)
@@ -90,17 +95,20 @@ def _try(pool, demand, owner, pinned) -> tuple[bool, bool]:
 DEMAND = st.dictionaries(st.integers(0, 2), st.integers(1, 9), min_size=1, max_size=3)
 
 
-def _check(bound_name, mix_i, nlarge, ops, demand, owner, pin_mask):
+def _check(bound_name, mix_i, nlarge, ops, demand, owner, pin_mask, rel_mask=0):
     mix = MIXES[mix_i]
-    pool, _held, cached = _state(mix, nlarge, ops)
+    pool, held, cached = _state(mix, nlarge, ops)
     demand = {t % len(mix): n for t, n in demand.items()}
     pinned = [p for i, p in enumerate(cached) if pin_mask >> (i % 16) & 1]
+    # Pages the allocation releases first (a request's out-of-window pages): freed or cached.
+    released = [(t, sid, bool(rel_mask >> (16 + i % 16) & 1)) for i, (t, sid) in enumerate(held)
+                if rel_mask >> (i % 16) & 1]
     if bound_name == "sure_fit_evicting":
-        sure = pool.sure_fit_evicting(demand, owner, pinned)
+        sure = pool.sure_fit_evicting(demand, owner, pinned, [(t, sid) for t, sid, _ in released])
     else:  # the negative control: can_fit asked after the pins, as if it were a bound
-        sure = _can_fit_after_pins(pool, demand, pinned)
+        sure, released = _can_fit_after_pins(pool, demand, pinned), []
     if sure:
-        ok, fits = _try(pool, demand, owner, pinned)
+        ok, fits = _try(pool, demand, owner, pinned, released)
         assert ok, f"{bound_name} said sure, the allocation failed: {demand=} {owner=} {pinned=}"
         assert fits, f"{bound_name} said sure, can_fit said no: {demand=}"
 
@@ -122,9 +130,10 @@ ARGS = {"mix_i": st.integers(0, len(MIXES) - 1), "nlarge": st.integers(1, 5), "o
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(**ARGS)
-def test_sure_bound_never_says_sure_for_an_allocation_that_fails(mix_i, nlarge, ops, demand, owner, pin_mask):
-    _check("sure_fit_evicting", mix_i, nlarge, ops, demand, owner, pin_mask)
+@given(**ARGS, rel_mask=st.integers(0, 2**32 - 1))
+def test_sure_bound_never_says_sure_for_an_allocation_that_fails(mix_i, nlarge, ops, demand, owner, pin_mask,
+                                                                 rel_mask):
+    _check("sure_fit_evicting", mix_i, nlarge, ops, demand, owner, pin_mask, rel_mask)
 
 
 def test_sure_bound_is_not_vacuous():

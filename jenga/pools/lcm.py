@@ -95,7 +95,7 @@ class LcmPagePool:
                 need += cdiv(n, r)
         return need <= len(self.free_large)
 
-    def sure_fit_evicting(self, demand: dict[int, int], owner: object, pinned=()) -> bool:
+    def sure_fit_evicting(self, demand: dict[int, int], owner: object, pinned=(), released=()) -> bool:
         """A sound bound: True only when ``alloc`` of ``demand`` (pages per type, taken in type
         order, after the cached pages ``pinned`` -- ``(t, sid)`` pairs -- are hit) cannot fail and
         :meth:`can_fit` agrees, evicting whole large pages if needed. False when unsure.
@@ -108,15 +108,18 @@ class LcmPagePool:
         in tests/test_sure_bound.py). An owner's partial page that is evictable (its used slots
         were cached) is spent when its slots are taken, and a pinned hit's large page stops being
         evictable, so each is one large page fewer. Releases the allocation makes first only add
-        room. Without request-awareness or without the cache this is :meth:`sure_fit`."""
+        room; ``released`` -- used pages, ``(t, sid)``, that the allocation releases first and no
+        other request holds -- counts the ones whose small page is a whole large page (each comes
+        back free or evictable). Without request-awareness or without the cache this is
+        :meth:`sure_fit`."""
         if self.sure_fit(demand, owner):
             return True
         lru = self.large_lru
         if lru is None or not self.request_aware or not len(lru):
             return False
-        avail = len(self.free_large) + len(lru)
-        need = 0
         lp_slots, ratio = self.lp_slots, self.ratio
+        avail = len(self.free_large) + len(lru) + sum(1 for t, _ in released if ratio[t] == 1)
+        need = 0
         for t, n in demand.items():
             r = ratio[t]
             if r > 1:
