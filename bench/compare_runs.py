@@ -1,6 +1,8 @@
 """Are two sets of cell records the same but for wall time? (issue 20's "numbers must not change")
 
     python -m bench.compare_runs OLD/results/runs NEW/results/runs
+    python -m bench.compare_runs OLD/summary.csv NEW/summary.csv     # a study's summaries
+
 
 Cells are matched by (backend, gpu, model, dataset, system, seed, overrides); per cell the record
 (every field but ``wall_s`` and ``provenance`` -- git revision, code fingerprint, time) and the
@@ -34,7 +36,20 @@ def cells(runs: Path) -> dict[tuple, tuple[str, str]]:
     return out
 
 
+def same_summary(old: str, new: str) -> int:
+    """Two summary.csv files equal in every column but the provenance ones."""
+    import pandas as pd
+
+    a, b = pd.read_csv(old), pd.read_csv(new)
+    drop = [c for c in ("git_rev", "dirty", "code_fingerprint") if c in a and c in b]
+    same = a.drop(columns=drop).equals(b.drop(columns=drop))
+    print(f"summaries {'identical' if same else 'DIFFER'} ({len(a)} vs {len(b)} rows; ignored {drop})")
+    return 0 if same else 1
+
+
 def main(old: str, new: str) -> int:
+    if old.endswith(".csv"):
+        return same_summary(old, new)
     a, b = cells(Path(old)), cells(Path(new))
     only = sorted(set(a) ^ set(b), key=str)
     diff = sorted((k for k in set(a) & set(b) if a[k] != b[k]), key=str)

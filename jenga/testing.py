@@ -84,6 +84,7 @@ def check_invariants(mgr: PagedManager) -> None:
                 if evictable:
                     evl[pool.lp_type[lp]] += pool.lp_cached[lp]
             assert evl == pool.evl_cached, f"evictable-large cached counts {pool.evl_cached} != {evl}"
+        pool.check()  # the public check the jenga_vllm plugin relies on must agree with the above
     elif isinstance(pool, PartitionedPool):
         for t, p in enumerate(pool.pools):
             assert len(p.free_pages) + p.used[t] + p.cached[t] == p.num_pages
