@@ -93,6 +93,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         cls = type(self)
         plain = (cls._page_key is PrefixCacheMixin._page_key and cls._unref is PrefixCacheMixin._unref
                  and cls._cache_copy is PrefixCacheMixin._cache_copy and cls._undup is PrefixCacheMixin._undup)
+        # Per type: is _page_data the default token-page one (tokens in the page x data bytes)?
+        self._plain_data = [cls._page_data is PrefixCacheMixin._page_data
+                            and not (st.policy.image_based or st.policy.state_based)
+                            and type(st.policy).tokens_in is Policy.tokens_in for st in self.types]
         self._plain_release = [plain and not (st.policy.image_based or st.policy.state_based)
                                and type(st.policy).set_prefix_length is Policy.set_prefix_length
                                for st in self.types]
@@ -345,14 +349,23 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
 
     def _try_alloc(self, rs, plans, hits, T, tight, pins, done) -> bool:
         plain_pin = self._j is None and type(self)._pin is PrefixCacheMixin._pin
+        shared = self.shared_data
         for t, js in hits.items():
             pages, ref, from_cached = rs.pages[t], self.ref[t], self.pool.from_cached
+            plain_data, tpp, bpt = self._plain_data[t], self.types[t].tokens_per_page, self.types[t].data_bytes_per_token
             for j, sid in js:
-                if plain_pin and not ref.get(sid):
+                r = ref.get(sid) if plain_pin else None
+                if r == 0 or (plain_pin and r is None):
                     # _pin of a cached page, unrolled (a hit pins thousands): its data size only
                     # matters for a page shared with a running request.
                     pins.append((t, sid, from_cached(t, sid), 0))
                     ref[sid] = 1
+                elif plain_pin and plain_data:
+                    # _pin of a page a running request holds, unrolled (_page_data of a token page).
+                    data = shared.setdefault((t, sid), max(0, min((j + 1) * tpp, T) - j * tpp) * bpt)
+                    self.dup_bytes += data
+                    pins.append((t, sid, None, data))
+                    ref[sid] = r + 1
                 else:
                     self._pin(t, sid, self._page_data(rs, t, j, T), pins)
                 pages[j] = sid
