@@ -29,7 +29,7 @@ def check_invariants(kv_cache_manager) -> None:
     cached = Counter()
     per_lp: Counter = Counter()
     for t, g in enumerate(alloc.groups):
-        r = alloc.cfg.ratios[t]
+        r = alloc.ratios[t]
         for b in g.blocks[r:]:  # large page 0 (null blocks) is reserved
             key = (t, b.block_id)
             assert b.ref_cnt == holders[key], f"group {t} block {b.block_id}: ref_cnt {b.ref_cnt} != holders {holders[key]}"

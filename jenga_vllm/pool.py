@@ -40,6 +40,7 @@ from vllm.v1.core.block_pool import BlockPool
 
 from jenga.journal import Journal
 from jenga.pools.lcm import LcmPagePool
+from jenga.spec import PageGeometry
 
 
 class JengaAllocator:
@@ -47,6 +48,9 @@ class JengaAllocator:
 
     def __init__(self, cfg, enable_caching: bool):
         self.cfg = cfg
+        # jenga's page geometry of the groups (the same LCM the pool is carved by).
+        self.geometry = PageGeometry(16, {str(t): int(p) for t, p in enumerate(cfg.small_page_bytes)})
+        self.ratios = [self.geometry.small_pages_per_large(str(t)) for t in range(len(cfg.small_page_bytes))]
         self.pool = LcmPagePool(list(cfg.small_page_bytes), cfg.num_blocks * cfg.large_page_bytes,
                                 request_aware=True, enable_cache=enable_caching)
         assert self.pool.num_large == cfg.num_blocks
@@ -75,7 +79,7 @@ class JengaAllocator:
         return self.clock
 
     def note_large(self, t: int, sid: int) -> None:
-        lp = sid // self.cfg.ratios[t]
+        lp = sid // self.ratios[t]
         seen = self.lp_types_seen.setdefault(lp, set())
         if t not in seen:
             if seen:
@@ -234,7 +238,7 @@ class JengaGroupPool(BlockPool):
 
     def __init__(self, alloc: JengaAllocator, t: int, hash_block_size: int, enable_kv_cache_events: bool,
                  like: BlockPool | None = None):
-        ratio = alloc.cfg.ratios[t]
+        ratio = alloc.ratios[t]
         params = inspect.signature(BlockPool.__init__).parameters
         extra = {k: getattr(like, k) for k in _INHERITED if k in params and hasattr(like, k)}
         super().__init__(num_gpu_blocks=alloc.pool.num_large * ratio, enable_caching=alloc.pool.caching,
@@ -298,7 +302,7 @@ class JengaGroupPool(BlockPool):
         return self.alloc.pool.num_free_small(self.t)
 
     def get_usage(self) -> float:
-        return self.alloc.pool.used[self.t] / max(1, self.num_gpu_blocks - self.alloc.cfg.ratios[self.t])
+        return self.alloc.pool.used[self.t] / max(1, self.num_gpu_blocks - self.alloc.ratios[self.t])
 
     def reset_prefix_cache(self) -> bool:
         p = self.alloc.pool
@@ -342,9 +346,9 @@ class FacadePool:
 
     def get_usage(self) -> float:
         p = self.alloc.pool
-        cfg = self.alloc.cfg
-        used = sum(n * b for n, b in zip(p.used, cfg.small_page_bytes))
-        total = (p.num_large - 1) * cfg.large_page_bytes
+        geo = self.alloc.geometry
+        used = sum(n * b for n, b in zip(p.used, geo.small_page_bytes.values()))
+        total = (p.num_large - 1) * geo.large_page_bytes
         return used / total if total else 0.0
 
     def get_cached_block(self, block_hash, kv_cache_group_ids):
