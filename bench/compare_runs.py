@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 IGNORED = {"wall_s", "provenance", "reused"}
+RUN_CONTROL = ("out_dir=", "force=")  # where a record goes and whether it is recomputed: not the cell
 
 
 def cells(runs: Path) -> dict[tuple, tuple[str, str]]:
@@ -26,8 +27,9 @@ def cells(runs: Path) -> dict[tuple, tuple[str, str]]:
     for rec_path in sorted(runs.rglob("record.json")):
         rec = json.loads(rec_path.read_text())
         key = (rec.get("backend"), rec.get("gpu"), rec.get("model"), rec.get("dataset"), rec.get("system"),
-               rec.get("seed"), tuple(rec.get("overrides") or ()))
-        body = json.dumps({k: v for k, v in rec.items() if k not in IGNORED}, sort_keys=True)
+               rec.get("seed"), tuple(o for o in rec.get("overrides") or () if not o.startswith(RUN_CONTROL)))
+        body = json.dumps({k: (v if k != "overrides" else key[-1]) for k, v in rec.items() if k not in IGNORED},
+                          sort_keys=True)
         trace = rec_path.with_name("trace.csv")
         tdig = hashlib.sha256(trace.read_bytes()).hexdigest() if trace.exists() else "-"
         if key in out:
