@@ -4,6 +4,13 @@
     python -m bench.compare_runs OLD/summary.csv NEW/summary.csv     # a study's summaries
 
 
+The check behind issue 20's commits (records at the starting commit, then at the new one):
+
+    git archive <old> | tar -x -C /tmp/old && (cd /tmp/old && python -m harness.study experiments/fig14.yaml --force)
+    python -m bench.sim --keep /tmp/new14          # or: python -m harness.study ... out_dir=/tmp/new14/runs --force
+    python -m bench.compare_runs /tmp/old/results/runs/sim/h100 /tmp/new14/runs
+    python -m bench.compare_runs results/fig14/summary.csv /tmp/new14/fig14/summary.csv
+
 Cells are matched by (backend, gpu, model, dataset, system, seed, overrides); per cell the record
 (every field but ``wall_s`` and ``provenance`` -- git revision, code fingerprint, time) and the
 ``trace.csv`` beside it must be byte-for-byte the same. The record's folder name holds the code
