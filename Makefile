@@ -7,7 +7,7 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-stamp
 ARGS ?=
 
-.PHONY: setup test test-slow test-all bench bench-steps fuzz lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm test-vllm033 plugin-check crosscheck gpu-fig14 clean pages
+.PHONY: setup test test-slow test-all bench bench-sim bench-steps fuzz lint reproduce-fig13 reproduce-fig14 sweep-window sweep-mix ablation lcm-churn setup-vllm test-vllm test-vllm033 plugin-check crosscheck gpu-fig14 clean pages
 
 setup: $(STAMP)
 
@@ -44,6 +44,12 @@ bench: $(STAMP)
 	$(PY) -m bench.allocator $(ARGS)
 	@if [ -x $(VLLM_VENV)/bin/python ]; then $(VLLM_VENV)/bin/python -m bench.vllm_blockpool; \
 	else echo "pool/manager comparison with vLLM skipped: vLLM is not installed (make setup-vllm)"; fi
+
+# How fast the simulator recomputes Fig. 14 (H100, 3 seeds, every cell, records in a temp dir):
+# one line "sim: fig14 H100 3 seeds X s on N cores, Y simulated s per wall s, slowest cell M steps/s
+# (model/system)". A benchmark, not a test; ARGS="--jobs 1", "--study experiments/fig13.yaml", "seeds=0".
+bench-sim: $(STAMP)
+	$(PY) -m bench.sim $(ARGS)
 
 # Steps to drain on vllm_sched, the jenga_vllm plugin vs the hybrid manager, on the
 # crosscheck cells x variants x KV budgets (fractions of each cell's own); tens of minutes on 2 cores.

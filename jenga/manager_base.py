@@ -17,7 +17,7 @@ import math
 
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
-from jenga.policies import FullPolicy, policy_for
+from jenga.policies import FullPolicy, Policy, policy_for
 from jenga.pools import PagePool
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
@@ -69,6 +69,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.copy_key: list[dict[int, object]] = [{} for _ in range(n)]
         self.reqs: dict[object, ReqState] = {}
         self.pending: dict[object, tuple] = {}
+        # Evictions so far, and the count each pending lookup saw (prefix._hit_at_admission).
+        self._evictions = 0
+        self._lookup_stamp: dict[object, int] = {}
         self.now = 0
         self.tot_needed = 0
         self.tot_held = 0
@@ -85,6 +88,18 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                         2 if st.policy.state_based else 1 if st.policy.image_based else 0, st.state_bytes)
                        for st in self.types]
         self.align = math.lcm(*token_tpps) if token_tpps else 1
+        # Per type: may _release_pages take the unrolled path (_release_run)? Token pages whose
+        # policy and manager keep the default key, prefix-length and release hooks.
+        cls = type(self)
+        plain = (cls._page_key is PrefixCacheMixin._page_key and cls._unref is PrefixCacheMixin._unref
+                 and cls._cache_copy is PrefixCacheMixin._cache_copy and cls._undup is PrefixCacheMixin._undup)
+        # Per type: is _page_data the default token-page one (tokens in the page x data bytes)?
+        self._plain_data = [cls._page_data is PrefixCacheMixin._page_data
+                            and not (st.policy.image_based or st.policy.state_based)
+                            and type(st.policy).tokens_in is Policy.tokens_in for st in self.types]
+        self._plain_release = [plain and not (st.policy.image_based or st.policy.state_based)
+                               and type(st.policy).set_prefix_length is Policy.set_prefix_length
+                               for st in self.types]
 
     # -- extension hooks (public: a new system subclasses and overrides these) -----------------------
     # ``storage_types`` (which pages are kept for which layers), ``accounted_specs`` (the layer types
@@ -154,6 +169,38 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         pool has them without evicting. (Released pages and pinned hits never take room.)"""
         return not demand or self.pool.sure_fit(demand, owner)
 
+    def _pool_verdict(self, demand: dict[int, int], pinned, owner: object, exact: bool,
+                      released=None) -> bool | None:
+        """The pool's answer for an allocation ``_sure_fit`` was unsure of: True when it cannot fail
+        (so it needs no undo log), False when it must fail (``exact`` only: a new request's
+        admission, nothing released first), None when only trying tells. ``pinned``: the cached
+        pages its hit pins first, as ``(t, sid)``; ``released``: a callable giving the used pages
+        it releases first that no other request holds (asked only if the rest is not enough).
+        Asked only of systems whose fit is the pool's (the oracle counts bytes and keeps its log)."""
+        if not demand or not self.fits_without_pages or type(self)._fits is not PagedManager._fits:
+            return None
+        pool = self.pool
+        fits_exactly = getattr(pool, "fits_exactly", None)
+        if fits_exactly is not None:  # flat pools: exact, so a doomed admission returns at once
+            ok = fits_exactly(demand, pinned)
+            return ok if (ok or exact) else None
+        bound = getattr(pool, "sure_fit_evicting", None)
+        if bound is None:
+            return None
+        if bound(demand, owner, pinned) or (released is not None and bound(demand, owner, pinned, released())):
+            return True
+        return None
+
+    def _sole_held(self, rs: ReqState, plans) -> list[tuple[int, int]]:
+        """The pages this step's allocation releases before taking new ones (out of window) that
+        no other request holds, as ``(t, sid)``."""
+        out = []
+        for t, plan in enumerate(plans):
+            if plan is not None and plan[2]:
+                pages, ref = rs.pages[t], self.ref[t]
+                out += [(t, pages[j]) for j in plan[2] if ref.get(pages[j]) == 1]
+        return out
+
     def _begin(self, rs: ReqState | None) -> Journal:
         j = Journal()
         for name in self._journal_attrs:
@@ -213,7 +260,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             return True
         if plans is None:
             plans = [None] * len(held)
-        j = None if self._sure_fit(rs, demand, rs.rid) else self._begin(rs)
+        sure = (self._sure_fit(rs, demand, rs.rid)
+                or self._pool_verdict(demand, (), rs.rid, False, lambda: self._sole_held(rs, plans)) is True)
+        j = None if sure else self._begin(rs)
         self.now += 1
         # Tokens allocated so far are computed now: last step's transient pages join the cache and
         # pages no layer reads any more are released (stale).
@@ -245,7 +294,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             hasher = self._hasher(request)
         rs = ReqState(rid, len(request.prompt_token_ids), image_infos(request, self.images_in_prompt),
                       len(self.types), hasher)
-        prev = self._longest_hit(hasher, rs.images, hit) if hit else 0
+        prev = self._hit_at_admission(rid, hasher, rs.images, hit) if hit else 0
         rs.start = prev
         T = hit + n
         plans, demand = [], {}
@@ -259,7 +308,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         for t, js in hits.items():
             demand[t] -= len(js)
         demand = {t: c for t, c in demand.items() if c > 0}
-        j = None if self._sure_fit(None, demand, rid) else self._begin(None)
+        j = None
+        if not self._sure_fit(None, demand, rid):
+            verdict = self._pool_verdict(demand, [(t, sid) for t, js in hits.items() for _, sid in js], rid, True)
+            if verdict is False:
+                # Must fail: the same answer as trying under the undo log (which changes nothing).
+                return False
+            if verdict is None:
+                j = self._begin(None)
         self.now += 1
         self.extra_counts["hit_lost_tokens"] += hit - prev
         if not self._fits(rs, prev, T, demand, hits) or not self._alloc_pages(rs, plans, hits, T):
@@ -292,10 +348,27 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         return False
 
     def _try_alloc(self, rs, plans, hits, T, tight, pins, done) -> bool:
+        plain_pin = self._j is None and type(self)._pin is PrefixCacheMixin._pin
+        shared = self.shared_data
         for t, js in hits.items():
+            pages, ref, from_cached = rs.pages[t], self.ref[t], self.pool.from_cached
+            plain_data, tpp, bpt = self._plain_data[t], self.types[t].tokens_per_page, self.types[t].data_bytes_per_token
             for j, sid in js:
-                self._pin(t, sid, self._page_data(rs, t, j, T), pins)
-                rs.pages[t][j] = sid
+                r = ref.get(sid) if plain_pin else None
+                if r == 0 or (plain_pin and r is None):
+                    # _pin of a cached page, unrolled (a hit pins thousands): its data size only
+                    # matters for a page shared with a running request.
+                    pins.append((t, sid, from_cached(t, sid), 0))
+                    ref[sid] = 1
+                elif plain_pin and plain_data:
+                    # _pin of a page a running request holds, unrolled (_page_data of a token page).
+                    data = shared.setdefault((t, sid), max(0, min((j + 1) * tpp, T) - j * tpp) * bpt)
+                    self.dup_bytes += data
+                    pins.append((t, sid, None, data))
+                    ref[sid] = r + 1
+                else:
+                    self._pin(t, sid, self._page_data(rs, t, j, T), pins)
+                pages[j] = sid
         alloc_many, jr = self.pool.alloc_many, self._j
         for t, plan in enumerate(plans):
             if plan is None or not plan[1]:
@@ -338,15 +411,44 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         """Put the request's newly full token pages in the cache index as soon as they are allocated
         (their K/V is written this step), so later requests share them -- as vLLM v1 does."""
         computed = rs.T
+        cls = type(self)
+        plain = (self._j is None and cls._register is PrefixCacheMixin._register
+                 and cls._cacheable is PagedManager._cacheable and cls._register_copy is PrefixCacheMixin._register_copy)
         for t, st in enumerate(self.types):
             if st.policy.image_based or st.policy.state_based:
                 continue
             tpp, pages = st.tokens_per_page, rs.pages[t]
             end = computed // tpp
-            for j in range(rs.reg[t], end):
-                sid = pages.get(j)
-                if sid is not None and self._cacheable(rs, t, j):
-                    self._register(t, sid, rs.hasher.hash_at((j + 1) * tpp))
+            if rs.reg[t] < end:
+                # The chain is extended once and read by index (hash_at((j + 1) * tpp), unrolled).
+                hs, k = rs.hasher.chain(end * tpp), tpp // rs.hasher.block
+                nh = len(hs)
+                if plain:
+                    # _register, unrolled for the default hooks (nothing is logged after _end).
+                    page_key, index, ref = self.page_key[t], self.index[t], self.ref[t]
+                    copies = self.keep_block_copies
+                    for j in range(rs.reg[t], end):
+                        sid = pages.get(j)
+                        i = (j + 1) * k - 1
+                        if sid is None or i >= nh or sid in page_key:
+                            continue
+                        key = hs[i]
+                        owner = index.get(key)
+                        if owner is None:
+                            index[key] = sid
+                            page_key[sid] = key
+                        elif copies:
+                            self._register_copy(t, sid, key)
+                        elif owner != sid and not ref.get(owner, 0):
+                            index[key] = sid
+                            page_key[sid] = key
+                    rs.reg[t] = max(rs.reg[t], end)
+                    continue
+                for j in range(rs.reg[t], end):
+                    sid = pages.get(j)
+                    if sid is not None and self._cacheable(rs, t, j):
+                        i = (j + 1) * k - 1
+                        self._register(t, sid, hs[i] if i < nh else None)
             rs.reg[t] = max(rs.reg[t], end)
 
     def _cacheable(self, rs: ReqState, t: int, j: int) -> bool:
@@ -361,15 +463,56 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         cache = self.enable_prefix_cache
         if self._j is not None:
             self._j.contents(pages)  # its order is the order pages are released on free
+        elif self._plain_release[t]:
+            self._release_run(rs, t, js, ts, tpp)
+            return
         for j in js:
             sid = pages.pop(j)
             key = self._page_key(rs, t, j, rs.T) if cache else None
             self._unref(t, sid, ts, pol.set_prefix_length(rs, j, tpp), key, self._page_data(rs, t, j, rs.T))
 
+    def _release_run(self, rs: ReqState, t: int, js, ts: int, tpp: int) -> None:
+        """:meth:`_release_pages` for a run of token pages when nothing is logged and the manager
+        and policy keep the default hooks (``_page_key``, ``_unref``, ``set_prefix_length``): the
+        same steps in the same order, unrolled -- the key read from the hash chain by index, the
+        prefix length the page's end -- so a finished 150k-token request releasing ~10k pages per
+        layer type costs one pass, not five calls per page (issue 20)."""
+        pages, ref, page_key, index = rs.pages[t], self.ref[t], self.page_key[t], self.index[t]
+        pool = self.pool
+        to_cached, pfree = pool.to_cached, pool.free
+        cache, copies = self.enable_prefix_cache, self.keep_block_copies
+        copy_key = self.copy_key[t]
+        T = rs.T
+        hs, k = (rs.hasher.chain(T), tpp // rs.hasher.block) if cache else ((), 1)
+        nh = len(hs)
+        for j in js:
+            sid = pages.pop(j)
+            end = (j + 1) * tpp
+            if copies and sid in copy_key and self._cache_copy(t, sid, ts, end):
+                continue
+            r = ref[sid] - 1
+            if r > 0:
+                ref[sid] = r
+                self._undup(t, sid, r)
+                continue
+            del ref[sid]
+            if cache:
+                key = page_key.get(sid)
+                if key is None and end <= T:
+                    i = (j + 1) * k - 1
+                    key = hs[i] if i < nh else None
+                if key is not None and index.setdefault(key, sid) == sid:
+                    page_key[sid] = key
+                    to_cached(t, sid, ts, end)
+                    continue
+            page_key.pop(sid, None)
+            pfree(t, sid)
+
     # -- free and usage -----------------------------------------------------------------------------
     def free(self, request: RequestView) -> None:
         rid = request.request_id
         self.pending.pop(rid, None)
+        self._lookup_stamp.pop(rid, None)
         rs = self.reqs.pop(rid, None)
         if rs is None:
             return

@@ -47,17 +47,35 @@ class PrefixCacheMixin:
         images = image_infos(request, self.images_in_prompt)
         L = self._longest_hit(hasher, images, len(request.prompt_token_ids) - 1)
         self.pending[request.request_id] = (L, hasher)
+        self._lookup_stamp[request.request_id] = self._evictions
         return L
 
+    def _hit_at_admission(self, rid, hasher: BlockHasher, images: list[ImageInfo], hit: int) -> int:
+        """The hit a request is admitted with: the longest prefix still valid up to the ``hit`` its
+        lookup found. Only an eviction removes a cache entry, so when none happened since that
+        lookup the answer is ``hit`` itself (the lookup's fixed point stays one: entries added since
+        only make more lengths valid, and none above ``hit`` is asked for) and the search is not
+        run again. A system with its own checkpoint rule always searches again."""
+        stamp = self._lookup_stamp.pop(rid, None)
+        if stamp == self._evictions and type(self).checkpoint_hit is PrefixCacheMixin.checkpoint_hit:
+            return hit
+        return self._longest_hit(hasher, images, hit)
+
     def _cached_flags(self, t: int, hasher: BlockHasher, npages: int, stop_at_miss: bool) -> list[int]:
-        st, idx = self.types[t], self.index[t]
-        flags = []
-        for j in range(npages):
-            h = hasher.hash_at((j + 1) * st.tokens_per_page)
-            ok = h is not None and h in idx
-            if not ok and stop_at_miss:
-                break
-            flags.append(1 if ok else 0)
+        """1/0 per logical page ``0 .. npages-1`` of type ``t``: is the prefix it ends in the cache
+        index (``stop_at_miss``: up to the first miss)."""
+        idx = self.index[t]
+        hs = hasher.page_hashes(self.types[t].tokens_per_page, npages)
+        if stop_at_miss:
+            n = 0
+            for h in hs:
+                if h not in idx:
+                    break
+                n += 1
+            return [1] * n
+        flags = [1 if h in idx else 0 for h in hs]
+        if len(flags) < npages:  # pages whose tokens are not known yet are never cached
+            flags += [0] * (npages - len(flags))
         return flags
 
     def _longest_hit(self, hasher: BlockHasher, images: list[ImageInfo], upper: int) -> int:
@@ -67,7 +85,12 @@ class PrefixCacheMixin:
             return 0
         upper -= upper % self.align
         fns = []
-        for t, st in enumerate(self.types):
+        # Full-attention types first: their cached pages form a prefix, and the bound they set
+        # caps every other type's answer (each only lowers L), so the other types read flags up
+        # to that bound only -- the pages the hit can use, not the whole prompt.
+        order = sorted(range(len(self.types)), key=lambda t: not isinstance(self.types[t].policy, FullPolicy))
+        for t in order:
+            st = self.types[t]
             pol = st.policy
             if not pol.constrains_prefix:
                 continue
@@ -141,6 +164,7 @@ class PrefixCacheMixin:
 
     # -- page references ----------------------------------------------------------------------------
     def _on_evict(self, t: int, sid: int) -> None:
+        self._evictions += 1  # never undone: a stamp for _hit_at_admission, not state
         j = self._j
         if j is not None:
             j.item(self.page_key[t], sid)
@@ -323,11 +347,12 @@ class PrefixCacheMixin:
                     if self._image_cached(t, im):
                         n = cdiv(im.num_tokens, tpp)
                         got += [(j, idx[(im.image_id, j - base)]) for j in fresh if base <= j < base + n]
-            elif not pol.state_based:
+            elif not pol.state_based and fresh and (fresh[0] + 1) * tpp <= L:
+                hs, k = rs.hasher.chain(L), tpp // rs.hasher.block
                 for j in fresh:
                     if (j + 1) * tpp > L:
                         break
-                    got.append((j, idx[rs.hasher.hash_at((j + 1) * tpp)]))
+                    got.append((j, idx[hs[(j + 1) * k - 1]]))
             if got:
                 out[t] = got
         return out

@@ -87,6 +87,7 @@ def check_invariants(mgr: PagedManager) -> None:
                 if evictable:
                     evl[pool.lp_type[lp]] += pool.lp_cached[lp]
             assert evl == pool.evl_cached, f"evictable-large cached counts {pool.evl_cached} != {evl}"
+        pool.check()  # the public check the jenga_vllm plugin relies on must agree with the above
     elif isinstance(pool, PartitionedPool):
         for t, p in enumerate(pool.pools):
             assert len(p.free_pages) + p.used[t] + p.cached[t] == p.num_pages
@@ -130,7 +131,7 @@ def _check_exact(mgr: PagedManager) -> None:
 # Fields that are caches or wiring, not state: lazily extended hashes and image bases, the undo
 # log, eviction callbacks, the immutable policies/specs.
 _NOT_STATE = frozenset({"hasher", "_bases", "_j", "on_evict", "_on_evict", "policy", "acct", "specs", "types",
-                        "geometry", "_tinfo", "hashes"})
+                        "geometry", "_tinfo", "hashes", "_evictions", "_lookup_stamp"})
 
 
 # Dicts only ever looked up (never iterated by the allocator): their insertion order is not state.

@@ -17,7 +17,6 @@ worker asks how long a view is (``vllm/v1/worker/utils.py::allocate_kv_cache``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from vllm.v1.kv_cache_interface import (
@@ -29,6 +28,8 @@ from vllm.v1.kv_cache_interface import (
     KVCacheTensor,
     SlidingWindowSpec,
 )
+
+from jenga.spec import PageGeometry
 
 SUPPORTED_SPECS = (FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec)
 
@@ -107,8 +108,15 @@ def small_page_bytes(group) -> int:
     return len(group.layer_names) * group.kv_cache_spec.page_size_bytes
 
 
+def page_geometry(groups) -> PageGeometry:
+    """jenga's LCM page geometry of the groups (one small page per group: its layers' pages side by
+    side), the same object jenga's pools are sized by -- the plugin does no page math of its own."""
+    return PageGeometry(groups[0].kv_cache_spec.block_size if groups else 16,
+                        {str(i): small_page_bytes(g) for i, g in enumerate(groups)})
+
+
 def large_page_bytes(groups) -> int:
-    return math.lcm(*[small_page_bytes(g) for g in groups])
+    return page_geometry(groups).large_page_bytes
 
 
 def jenga_config(vllm_config, groups, num_large: int, broken: bool = False) -> JengaKVCacheConfig:
@@ -116,11 +124,12 @@ def jenga_config(vllm_config, groups, num_large: int, broken: bool = False) -> J
 
     ``broken`` is the negative control: the layers of a type overlap (layer stride
     0), so outputs must change -- proof that the bit-identity check can fail."""
-    L = large_page_bytes(groups)
+    geo = page_geometry(groups)
+    L = geo.large_page_bytes
     tensors, ratios, smalls = [], [], []
-    for g in groups:
+    for i, g in enumerate(groups):
         page, P = g.kv_cache_spec.page_size_bytes, small_page_bytes(g)
-        ratios.append(L // P)
+        ratios.append(geo.small_pages_per_large(str(i)))
         smalls.append(P)
         tensors.append(JengaKVCacheTensor(size=num_large * L, layers=list(g.layer_names),
                                           layer_stride=page // 2 if broken and len(g.layer_names) > 1 else page,
@@ -174,8 +183,9 @@ def max_usage_bytes(vllm_config, groups) -> int:
     group's blocks by one bytes-per-block, which over-counts here; the engine's start-up check
     compares this with the usable bytes, null block's large page held back.) Adding one large page
     of rounding to :func:`request_bytes` instead is short by up to G-2 large pages with G >= 3 types."""
-    L = large_page_bytes(groups)
-    return sum(-(-_max_blocks(vllm_config, g) // (L // small_page_bytes(g))) for g in groups) * L
+    geo = page_geometry(groups)
+    return sum(-(-_max_blocks(vllm_config, g) // geo.small_pages_per_large(str(i)))
+               for i, g in enumerate(groups)) * geo.large_page_bytes
 
 
 def max_concurrency(vllm_config, cfg: JengaKVCacheConfig) -> float:

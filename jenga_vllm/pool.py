@@ -40,6 +40,7 @@ from vllm.v1.core.block_pool import BlockPool
 
 from jenga.journal import Journal
 from jenga.pools.lcm import LcmPagePool
+from jenga.spec import PageGeometry
 
 
 class JengaAllocator:
@@ -47,6 +48,9 @@ class JengaAllocator:
 
     def __init__(self, cfg, enable_caching: bool):
         self.cfg = cfg
+        # jenga's page geometry of the groups (the same LCM the pool is carved by).
+        self.geometry = PageGeometry(16, {str(t): int(p) for t, p in enumerate(cfg.small_page_bytes)})
+        self.ratios = [self.geometry.small_pages_per_large(str(t)) for t in range(len(cfg.small_page_bytes))]
         self.pool = LcmPagePool(list(cfg.small_page_bytes), cfg.num_blocks * cfg.large_page_bytes,
                                 request_aware=True, enable_cache=enable_caching)
         assert self.pool.num_large == cfg.num_blocks
@@ -75,7 +79,7 @@ class JengaAllocator:
         return self.clock
 
     def note_large(self, t: int, sid: int) -> None:
-        lp = sid // self.pool.ratio[t]
+        lp = sid // self.ratios[t]
         seen = self.lp_types_seen.setdefault(lp, set())
         if t not in seen:
             if seen:
@@ -185,12 +189,11 @@ class JengaAllocator:
 
     # -- reports -------------------------------------------------------------------------------------
     def num_available_large(self) -> int:
-        lru = self.pool.large_lru
-        return len(self.pool.free_large) + (len(lru) if lru is not None else 0)
+        return self.pool.num_available_large()
 
     def summary(self) -> dict:
         p = self.pool
-        return {"num_large_pages": p.num_large, "free_large_pages": len(p.free_large),
+        return {"num_large_pages": p.num_large, "free_large_pages": p.num_large - p.large_pages_used,
                 "used_small_pages": list(p.used), "cached_small_pages": list(p.cached),
                 "path_counts": dict(p.path_counts), **dict(self.stats)}
 
@@ -235,10 +238,10 @@ class JengaGroupPool(BlockPool):
 
     def __init__(self, alloc: JengaAllocator, t: int, hash_block_size: int, enable_kv_cache_events: bool,
                  like: BlockPool | None = None):
-        ratio = alloc.pool.ratio[t]
+        ratio = alloc.ratios[t]
         params = inspect.signature(BlockPool.__init__).parameters
         extra = {k: getattr(like, k) for k in _INHERITED if k in params and hasattr(like, k)}
-        super().__init__(num_gpu_blocks=alloc.pool.num_large * ratio, enable_caching=alloc.pool.evictor is not None,
+        super().__init__(num_gpu_blocks=alloc.pool.num_large * ratio, enable_caching=alloc.pool.caching,
                          hash_block_size=hash_block_size, enable_kv_cache_events=enable_kv_cache_events, **extra)
         # Free lists live in the LCM pool; vLLM's linked list would only duplicate them.
         self.free_block_queue = type(self.free_block_queue)([])
@@ -296,17 +299,16 @@ class JengaGroupPool(BlockPool):
                 pool.free(t, b.block_id)
 
     def get_num_free_blocks(self) -> int:
-        p, t = self.alloc.pool, self.t
-        return p.nfree_slots[t] + p.cached[t] + p.ratio[t] * len(p.free_large)
+        return self.alloc.pool.num_free_small(self.t)
 
     def get_usage(self) -> float:
-        return self.alloc.pool.used[self.t] / max(1, self.num_gpu_blocks - self.alloc.pool.ratio[self.t])
+        return self.alloc.pool.used[self.t] / max(1, self.num_gpu_blocks - self.alloc.ratios[self.t])
 
     def reset_prefix_cache(self) -> bool:
         p = self.alloc.pool
         if any(p.used):
             return False
-        for sid in [s for s in range(len(self.blocks)) if p.evictor is not None and p.evictor.contains(self.t, s)]:
+        for sid in [s for s in range(len(self.blocks)) if p.is_cached(self.t, s)]:
             p.from_cached(self.t, sid)
             self.drop_hash(sid)
             p.free(self.t, sid)
@@ -344,8 +346,9 @@ class FacadePool:
 
     def get_usage(self) -> float:
         p = self.alloc.pool
-        used = sum(n * b for n, b in zip(p.used, p.page_bytes))
-        total = (p.num_large - 1) * p.large_page_bytes
+        geo = self.alloc.geometry
+        used = sum(n * b for n, b in zip(p.used, geo.small_page_bytes.values()))
+        total = (p.num_large - 1) * geo.large_page_bytes
         return used / total if total else 0.0
 
     def get_cached_block(self, block_hash, kv_cache_group_ids):

@@ -38,6 +38,17 @@ class FlatPagePool:
         """True when ``alloc`` cannot fail: enough free pages without evicting."""
         return sum(demand.values()) <= len(self.free_pages)
 
+    def fits_exactly(self, demand: dict[int, int], pinned=()) -> bool:
+        """Exactly whether ``alloc`` of ``demand`` succeeds once the cached pages ``pinned``
+        (``(t, sid)`` pairs) are hit: a flat pool takes a free page, else evicts any cached one, so
+        it fits iff the free pages and the cached pages left after the pins cover it. Lets the
+        manager return a doomed admission before pinning thousands of hit pages (MAX page)."""
+        ev = self.evictor
+        room = len(self.free_pages)
+        if ev is not None:
+            room += len(ev) - sum(1 for t, sid in pinned if ev.contains(t, sid))
+        return sum(demand.values()) <= room
+
     large_page_bytes = property(lambda self: self.page_bytes_flat)
     num_large = property(lambda self: self.num_pages)
     large_pages_used = property(lambda self: self.num_pages - len(self.free_pages))
@@ -164,6 +175,11 @@ class PartitionedPool:
 
     def sure_fit(self, demand: dict[int, int], owner: object = None) -> bool:
         return all(self.pools[t].sure_fit({t: n}) for t, n in demand.items())
+
+    def fits_exactly(self, demand: dict[int, int], pinned=()) -> bool:
+        """:meth:`FlatPagePool.fits_exactly` per partition."""
+        return all(self.pools[t].fits_exactly({t: n}, [(u, s) for u, s in pinned if u == t])
+                   for t, n in demand.items())
 
     def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
         return self.pools[t].alloc(t, owner)

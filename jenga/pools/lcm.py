@@ -95,6 +95,54 @@ class LcmPagePool:
                 need += cdiv(n, r)
         return need <= len(self.free_large)
 
+    def sure_fit_evicting(self, demand: dict[int, int], owner: object, pinned=(), released=()) -> bool:
+        """A sound bound: True only when ``alloc`` of ``demand`` (pages per type, taken in type
+        order, after the cached pages ``pinned`` -- ``(t, sid)`` pairs -- are hit) cannot fail and
+        :meth:`can_fit` agrees, evicting whole large pages if needed. False when unsure.
+
+        Counts the owner's free slots, then whole large pages that are free or evictable (the
+        request-aware order takes its own page, then a new large page, then evicts the LRU large
+        page, before any other step). Unlike :meth:`can_fit` it counts no empty slot of another
+        large page: an evictable large page's empty slots are taken by evicting it, so counting
+        both counts them twice (``can_fit`` says yes and the allocation fails; the negative control
+        in tests/test_sure_bound.py). An owner's partial page that is evictable (its used slots
+        were cached) is spent when its slots are taken, and a pinned hit's large page stops being
+        evictable, so each is one large page fewer. Releases the allocation makes first only add
+        room; ``released`` -- used pages, ``(t, sid)``, that the allocation releases first and no
+        other request holds -- counts the ones whose small page is a whole large page (each comes
+        back free or evictable). Without request-awareness or without the cache this is
+        :meth:`sure_fit`."""
+        if self.sure_fit(demand, owner):
+            return True
+        lru = self.large_lru
+        if lru is None or not self.request_aware or not len(lru):
+            return False
+        lp_slots, ratio = self.lp_slots, self.ratio
+        avail = len(self.free_large) + len(lru) + sum(1 for t, _ in released if ratio[t] == 1)
+        need = 0
+        for t, n in demand.items():
+            r = ratio[t]
+            if r > 1:
+                own = self.owner_partial.get((t, owner))
+                if own:
+                    for lp in own:
+                        n -= len(lp_slots[lp])
+                        if lp in lru:
+                            avail -= 1
+            if n > 0:
+                need += cdiv(n, r)
+        if need > avail:
+            return False
+        seen = set()
+        for t, sid in pinned:
+            lp = sid // ratio[t]
+            if lp not in seen and lp in lru:
+                seen.add(lp)
+                avail -= 1
+                if need > avail:
+                    return False
+        return True
+
     def _touch(self, lp: int) -> None:
         """Log the large page's whole record before it changes."""
         slots = self.lp_slots[lp]
@@ -120,6 +168,60 @@ class LcmPagePool:
     def page_offset(self, t: int, sid: int) -> int:
         r = self.ratio[t]
         return (sid // r) * self.large_page_bytes + (sid % r) * self.page_bytes[t]
+
+    @property
+    def caching(self) -> bool:
+        """Whether cached (evictable) pages are kept: the prefix cache is on."""
+        return self.evictor is not None
+
+    def is_cached(self, t: int, sid: int) -> bool:
+        """Whether small page ``(t, sid)`` holds evictable prefix-cache content."""
+        return self.evictor is not None and self.evictor.contains(t, sid)
+
+    def num_free_small(self, t: int) -> int:
+        """Small pages of type ``t`` obtainable without touching a used page: free slots of carved
+        large pages, cached pages, and whole free large pages carved for ``t``."""
+        return self.nfree_slots[t] + self.cached[t] + self.ratio[t] * len(self.free_large)
+
+    def num_available_large(self) -> int:
+        """Large pages an allocation can take whole: free ones and evictable ones."""
+        return len(self.free_large) + (len(self.large_lru) if self.large_lru is not None else 0)
+
+    def check(self, busy: dict[tuple[int, int], int] | None = None, skip=()) -> None:
+        """Assert the pool's own invariants (AssertionError naming the first broken one): a large
+        page is free iff none of its small pages is used or cached, and then carries no type or
+        slots; a carved one has its type's ``ratio`` slots, free + used + cached; it is in the
+        large-page LRU iff it is evictable (nothing used, something cached); the per-type free-slot
+        counts add up. ``busy`` (optional): ``(large page, type) -> small pages`` some caller holds
+        or caches there (the jenga_vllm plugin counts them from vLLM's blocks): each carved large
+        page must agree and hold one type only. Large pages in ``skip`` are not checked (a reserved
+        one). A public seam, so callers need not read the pool's fields."""
+        free = set(self.free_large)
+        assert len(free) == len(self.free_large), "large page freed twice"
+        skip, evl = set(skip), [0] * len(self.page_bytes)
+        assert not (free & skip), "a reserved large page went into circulation"
+        for lp in range(self.num_large):
+            if lp in skip:
+                continue
+            used_cached = self.lp_used[lp] + self.lp_cached[lp]
+            assert (lp in free) == (used_cached == 0), f"large page {lp}: free={lp in free} busy={used_cached}"
+            if lp in free:
+                assert self.lp_type[lp] == -1 and self.lp_slots[lp] is None, f"free large page {lp} carved"
+                continue
+            t = self.lp_type[lp]
+            assert len(self.lp_slots[lp]) + used_cached == self.ratio[t], f"large page {lp} slots"
+            if busy is not None:
+                assert used_cached == busy.get((lp, t), 0), \
+                    f"large page {lp}: pool counts {used_cached}, caller {busy.get((lp, t), 0)}"
+                for other in range(len(self.page_bytes)):
+                    assert other == t or not busy.get((lp, other)), f"large page {lp} holds pages of types {t} and {other}"
+            if self.large_lru is not None:
+                evictable = self.lp_used[lp] == 0 and self.lp_cached[lp] > 0
+                assert (lp in self.large_lru) == evictable, f"large page {lp} evictable={evictable}"
+                if evictable:
+                    evl[t] += self.lp_cached[lp]
+        assert self.large_lru is None or evl == self.evl_cached, f"evictable cached counts {self.evl_cached} != {evl}"
+        assert sum(self.nfree_slots) == sum(len(s) for s in self.lp_slots if s is not None), "free slot counts"
 
     def stranded_bytes(self) -> int:
         """Free bytes only one type can use (free small pages in partly used large pages), plus the
