@@ -22,3 +22,18 @@ def req(rid: str, tokens, images=()) -> Req:
 @pytest.fixture
 def make_req():
     return req
+
+
+def rehit_sliding_bytes(m) -> int:
+    """r1 computes tokens 1..10 and is freed; r2 (the same 10 tokens + one) hits all 10 and
+    allocates its one new token: the bytes r2 then holds for the sliding type ``sw``."""
+    from jenga.testing import check_invariants
+
+    r1 = req("r1", list(range(1, 11)))
+    assert m.allocate(r1, 10)
+    m.free(r1)
+    r2 = req("r2", list(range(1, 11)) + [50])
+    assert m.lookup_prefix(r2) == 10
+    assert m.allocate(r2, 1)
+    check_invariants(m)
+    return m.usage().per_type_allocated_bytes["sw"]

@@ -57,3 +57,19 @@ def sibling_hit_demand(m) -> int:
     assert m.allocate(c, 1)
     check_invariants(m)
     return demand
+
+
+def two_copies_cached_bytes(m) -> int:
+    """a runs the article, b recomputes it, both are freed: the bytes the cache then holds."""
+    from conftest import req
+
+    from jenga.testing import check_invariants
+
+    a = req("a", ARTICLE + [5])
+    run_prompt(m, a)
+    b = req("b", ARTICLE + [7])
+    assert m.allocate(b, 21)
+    m.free(a)
+    m.free(b)
+    check_invariants(m)
+    return m.usage().cached_bytes

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import req
-from current_fakes import ARTICLE, FULL, run_prompt, sibling_hit_demand
+from current_fakes import ARTICLE, FULL, run_prompt, sibling_hit_demand, two_copies_cached_bytes
 
 from harness.backends.sim.engine import system_options
 from harness.config import compose_cell
@@ -93,14 +93,7 @@ def test_a_freed_copy_stays_cached_behind_the_owner(system):
     for copies, cached in ((True, 42), (False, 22)):
         for extra, expect in (((0, 20), (3, 18)) if copies else ((0, 0),)):
             m = _mm(system, copies, pages=48)
-            a = req("a", ARTICLE + [5])
-            run_prompt(m, a)
-            b = req("b", ARTICLE + [7])
-            assert m.allocate(b, 21)
-            m.free(a)
-            m.free(b)
-            assert m.usage().cached_bytes == cached * 8, (system, copies)
-            check_invariants(m)
+            assert two_copies_cached_bytes(m) == cached * 8, (system, copies)
             n = 48 - cached + 21 + extra      # the free pages, then a's 21, then `extra` more
             assert m.allocate(req("f", list(range(500, 500 + n))), n)
             check_invariants(m)

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import pytest
 from conftest import req
-from current_fakes import ARTICLE, SPECS, full_manager, manager, run_prompt, sibling_hit_demand
+from current_fakes import (
+    ARTICLE,
+    SPECS,
+    full_manager,
+    manager,
+    run_prompt,
+    sibling_hit_demand,
+    two_copies_cached_bytes,
+)
 from sim_fakes import tiny_engine, tiny_profile
 
 import jenga
@@ -110,14 +118,7 @@ def test_a_freed_copy_stays_cached_behind_the_owner(system):
     """b's copies are released while a's owner pages are cached: they join the cache too (vLLM's
     free queue keeps their hashes), and once a's pages are evicted c hits through them."""
     m = full_manager(system, pages=48)
-    a = req("a", ARTICLE + [5])
-    run_prompt(m, a)
-    b = req("b", ARTICLE + [7])
-    assert m.allocate(b, 21)
-    m.free(a)
-    m.free(b)
-    assert m.usage().cached_bytes == 42 * 8  # both copies of the article (+ each request's tail)
-    check_invariants(m)
+    assert two_copies_cached_bytes(m) == 42 * 8  # both copies of the article (+ each request's tail)
     # 48 pages, 42 cached, 6 free: a 30-page filler evicts 24 LRU pages -- all of a's (freed first)
     # and b's 3 tail-most pages (20, 19, 18); b's pages 0-17 keep the prefix.
     assert m.allocate(req("f", list(range(500, 530))), 30)
