@@ -154,7 +154,11 @@ class PrefixCacheMixin:
         if st.policy.pages_per_state != 1:
             return 0
         N = st.policy.spec.checkpoint_interval
-        step = math.lcm(N, self.hash_block)
+        return self.longest_cached_multiple(t, hasher, L, math.lcm(N, self.hash_block))
+
+    def longest_cached_multiple(self, t: int, hasher, L: int, step: int) -> int:
+        """The largest multiple of ``step`` at most ``L`` whose prefix hash type ``t`` has cached
+        (a Mamba checkpoint), or 0: the search every checkpoint rule shares."""
         b = L - L % step
         while b > 0:
             if hasher.hash_at(b) in self.index[t]:

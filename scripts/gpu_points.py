@@ -23,7 +23,6 @@ import argparse
 import csv
 import datetime as dt
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -51,32 +50,13 @@ def emit_shapes() -> None:
     print(f"{len(out)} models -> {SHAPES}")
 
 
-def _timer(torch, device: str, iters: int):
-    def run(fn) -> float:
-        for _ in range(2):
-            fn()
-        times = []
-        for _ in range(iters):
-            if device.startswith("cuda"):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-    return run
-
-
 def measure(gpu: str, device: str, dry: bool, iters: int) -> list[dict]:
     import torch
     shapes = json.loads(SHAPES.read_text())
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    timer = _timer(torch, device, iters)
+    from profile_gpu import Timer  # the per-GPU efficiency table's timer (CUDA events / wall clock)
+
+    timer = Timer(device, iters)
     dev_name = torch.cuda.get_device_name(0) if device.startswith("cuda") else f"{device} (dry run)"
     stamp = f"{dev_name}; {dt.datetime.now(dt.UTC):%Y-%m-%d}; torch {torch.__version__}"
     shrink = 64 if dry else 1

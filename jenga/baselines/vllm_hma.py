@@ -180,13 +180,7 @@ class VllmHma(VllmCurrent):
     def checkpoint_hit(self, t: int, hasher, L: int) -> int:
         if self.mamba_cache_mode == "none" or self.types[t].policy.pages_per_state != 1:
             return 0
-        B = self.mamba_block_size
-        b = L - L % B
-        while b > 0:
-            if hasher.hash_at(b) in self.index[t]:
-                return b
-            b -= B
-        return 0
+        return self.longest_cached_multiple(t, hasher, L, self.mamba_block_size)
 
 
 class VllmHmaOff(UniformPaged):
