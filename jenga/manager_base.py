@@ -6,6 +6,14 @@ today's vLLM), the *pool* (LCM two-level, flat, partitioned or exact; ``jenga/po
 specs* (the model's real layer types, which define the bytes some layer will still read). The
 facade methods, prefix caching (``prefix.py``) and the usage breakdown are written once.
 
+Extension: a new system subclasses :class:`PagedManager` and overrides its public hooks
+(``storage_types``, ``accounted_specs``, ``make_pool``). Systems inside ``jenga/`` that change a rule
+of the allocation or the prefix cache itself also override the *protected hooks* in
+:data:`PROTECTED_HOOKS` — each listed with its contract; ``tests/test_jenga_hooks.py`` checks that
+no class in ``jenga/`` overrides any other underscored method of the manager, and that code outside
+``jenga/`` overrides none. The fast paths of the manager (issue 20) test whether a hook is the
+default and fall back to the general code when a system overrides it.
+
 Costs: ``allocate`` touches a page only when the request crosses a page boundary or a window edge
 (amortised O(1) per page, one ``held_intervals`` call per type); ``usage`` is O(#types) from
 counters kept incrementally (each request's needed/held bytes are refreshed when it allocates).
@@ -22,6 +30,29 @@ from jenga.pools import PagePool
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
 from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SlidingWindowSpec, SpecError, page_geometry
+
+# The protected hooks: underscored methods a system inside jenga/ may override, with the contract
+# each override must keep (the baselines that use them: oracle.py, current.py, vllm_hma.py).
+PROTECTED_HOOKS: dict[str, str] = {
+    "_fits": "(rs, prev, T, demand, hits) -> bool: can the pool hold ``demand`` pages per type for this "
+             "allocation (after the hit's pages are pinned); no state change",
+    "_sure_fit": "(rs, demand, owner) -> bool: a sound bound -- True only if the allocation cannot fail, "
+                 "so the undo journal may be skipped",
+    "_journal_attrs": "tuple of manager attributes the undo journal saves and restores on a failed allocate",
+    "_pin": "(t, sid, data, undo) -> None: take a reference on cached page ``sid`` of type ``t`` for a hit, "
+            "logging the reverse into ``undo``",
+    "_unref": "(t, sid, ts, plen, key, data) -> None: drop a request's reference on page ``sid``; the last "
+              "reference hands the page to the cache (or frees it)",
+    "_page_key": "(rs, t, j, computed) -> hash key or None: the prefix-cache key page ``j`` of type ``t`` is "
+                 "registered under once computed; None keeps it out of the cache",
+    "_cacheable": "(rs, t, j) -> bool: may page ``j`` of type ``t`` stay in the cache when released",
+    "_release_pages": "(rs, t, js, stale) -> None: release pages ``js`` of type ``t`` (``stale``: out of "
+                      "the window, evicted first)",
+    "_snapshot_mamba": "(rs, prev, T) -> None: take the Mamba checkpoints due between ``prev`` and ``T`` "
+                       "computed tokens",
+    "_pin_mamba_checkpoints": "(rs, L) -> None: keep the checkpoints a hit of ``L`` tokens needs",
+    "_release_transients": "(rs) -> None: free a request's transient (in-flight Mamba checkpoint) pages",
+}
 
 
 class PagedManager(PrefixCacheMixin, MemoryManager):
