@@ -1,4 +1,4 @@
-"""harness.study.whatif: the issue-22 studies' driver (bad input before any work; one study end to end)."""
+"""harness.study.whatif: the what-if studies' driver (bad input before any work; one study end to end)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from harness.study.whatif.__main__ import main
+from harness.study.whatif.run import main
 
 
 def test_bad_study_files_are_one_error_line(tmp_path, capsys):
@@ -29,3 +29,16 @@ def test_hf_mem_70_end_to_end(tmp_path):
     # the report's ~49 %: a full-length estimate charges 24 layers, the model needs 12 + 12 x 128 tokens
     assert float(last["full_length_error_vs_needed"]) == pytest.approx(0.5, abs=0.001)
     assert "hf-mem#70" in (out / "REPORT.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_one_study_entry_point_runs_a_whatif_study(tmp_path):
+    """`python -m harness.study experiments/whatif/<name>.yaml`: the what-if kinds are in the one
+    registry of kinds and dispatch to their own runner; a figure kind (the control) does not."""
+    from harness.study import cli
+    from harness.study.kinds import KINDS
+
+    assert KINDS["hf_mem_70"].runner == "whatif" and KINDS["figure"].runner == "cells"
+    assert cli.main(["experiments/whatif/hf_mem_70.yaml", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "hf_mem_70" / "summary.csv").is_file()
+    assert cli.main(["experiments/whatif/hf_mem_70.yaml", "--dry-run"]) == 2

@@ -37,6 +37,7 @@ from harness.study import plan as planner
 from harness.study import run
 from harness.study.kinds import DEFAULT_KIND, KINDS
 from harness.study.run import LAUNCHERS
+from harness.study.whatif import run as whatif_run
 
 
 class UsageError(ValueError):
@@ -180,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = parse(parser(), argv)
     study = load_study_file(args.experiment)
+    if KINDS[study.get("kind", DEFAULT_KIND)].runner == "whatif":
+        # A what-if lab study: its own request streams, no cached cells to plan, check or list.
+        if args.dry_run:
+            raise UsageError(f"{args.experiment}: a what-if study has no cells to list (--dry-run); run it")
+        return whatif_run.main([args.experiment, *(["--out", args.out] if args.out else [])])
     check_special(args.overrides)
     p = planner.plan(study, args.overrides)
     check = getattr(KINDS[p.kind].load(), "check", None)

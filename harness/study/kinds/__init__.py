@@ -23,10 +23,13 @@ class Kind:
     make: str                      # the make target that runs its committed study file
     partial_ok: bool = False       # exit status 0 when some (not all) cells ran: figures show OOM/failed bars
     inputs: tuple[str, ...] = ()   # report inputs the runner computes (harness.study.inputs), keywords of report()
+    # "cells": planned into cached cells (harness.study.plan); "whatif": a what-if lab study that drives
+    # the allocators on its own request streams (harness.study.whatif.run)
+    runner: str = "cells"
 
     @property
     def module(self) -> str:
-        return f"{__name__}.{self.name}"
+        return f"harness.study.whatif.{self.name}" if self.runner == "whatif" else f"{__name__}.{self.name}"
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
@@ -42,5 +45,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("specdec", "make specdec"),
     Kind("vlm_embed", "make vlm-embed"),
     Kind("mamba_prefix", "make mamba-prefix"),
+    # the what-if lab (users' reported hybrid-KV symptoms): experiments/whatif/<name>.yaml
+    *(Kind(name, "make whatif", runner="whatif") for name in
+      ("hf_mem_70", "vllm_45238", "vllm_48435", "sglang_26907", "vllm_ascend_16270", "summary")),
 )}
 DEFAULT_KIND = "figure"   # a file without ``kind:`` is a figure experiment (contract §3: cells × systems)

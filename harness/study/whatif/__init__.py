@@ -15,4 +15,7 @@ package beside its kinds, with their own driver (``__main__``).
 
 from __future__ import annotations
 
-STUDIES = ("hf_mem_70", "vllm_45238", "vllm_48435", "sglang_26907", "vllm_ascend_16270", "summary")
+from harness.study.kinds import KINDS
+
+# The what-if kinds of the one registry of kinds (harness.study.kinds).
+STUDIES = tuple(k.name for k in KINDS.values() if k.runner == "whatif")
