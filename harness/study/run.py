@@ -169,8 +169,11 @@ def run_study(args, p: Plan) -> int:
     out = Path(args.out) if args.out else default_out(p.name, p.mode)
     summary = kind.load().report(p, records, out, **inputs_for(kind.inputs, p))
     ok = [r for r in records if r.get("status") == "ok"]
-    # Run in this study = not reused and written after it started (a launcher's cells come back as reused records).
-    fresh = [r for r in ok if not r.get("reused") or (r.get("provenance") or {}).get("time", "") >= started]
+    # Run in this study: inline, a record not reused; a launcher's cells all come back as read records,
+    # so there, one written after the study started (provenance time, whole seconds).
+    inline = getattr(args, "launcher", "inline") == "inline"
+    fresh = [r for r in ok if not r.get("reused")] if inline else \
+        [r for r in ok if (r.get("provenance") or {}).get("time", "") >= started]
     sim_s = sum(r.get("makespan_s") or 0.0 for r in fresh)
     print(f"\n{len(ok)}/{len(records)} cells ok ({len(fresh)} run, {len(ok) - len(fresh)} reused) in {wall:.1f} s "
           f"wall ({getattr(args, 'launcher', 'inline')}, {args.jobs} jobs)"
