@@ -28,8 +28,7 @@ from pathlib import Path
 import yaml
 
 from harness.backends.vllm.hf_config import HFConfigError, hf_config_dict
-from harness.config import compose_cell
-from harness.models import load_profile
+from harness.models import zoo_profile
 from harness.records import REPO_ROOT
 from harness.study import cli
 
@@ -47,7 +46,7 @@ def visible_gpus() -> int:
 def servable(model: str) -> str | None:
     """None if vLLM can serve ``model`` from a written config.json, else the reason."""
     try:
-        hf_config_dict(load_profile(compose_cell([f"model={model}"]).model))
+        hf_config_dict(zoo_profile(model))
     except HFConfigError as e:
         return str(e)
     return None

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.config import ConfigError, compose_cell, options
-from harness.models import ModelProfile, load_profile
+from harness.config import ConfigError, options
+from harness.models import ModelProfile, zoo_profile
 from jenga.spec import page_geometry
 
 
@@ -125,7 +125,7 @@ def zoo_table(tokens_per_page: int = 16) -> str:
             f"{'large page':>12}{'large/small':>12}{'MAX-page tok/page':>19}")
     lines, best, notes = [head], (0, ""), []
     for name in options("model"):
-        prof = load_profile(compose_cell([f"model={name}"]).model)
+        prof = zoo_profile(name)
         g = geometry(prof, tokens_per_page)
         for r in g.rows:
             layers, bpt, mpt = _cells(r)
@@ -159,7 +159,7 @@ def zoo_frame(tokens_per_page: int = 16, models: list[str] | None = None) -> pd.
     ``models``)."""
     rows = []
     for name in models or options("model"):
-        prof = load_profile(compose_cell([f"model={name}"]).model)
+        prof = zoo_profile(name)
         g = geometry(prof, tokens_per_page)
         split = split_mamba_ratio(prof, tokens_per_page)
         for r in g.rows:
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         if model == "all":
             print(zoo_table(tpp))
         else:
-            print(describe(load_profile(compose_cell([f"model={model}"]).model), tpp))
+            print(describe(zoo_profile(model), tpp))
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

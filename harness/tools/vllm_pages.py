@@ -38,8 +38,8 @@ from harness.backends.vllm.plan import (
     vllm_layer_specs,
     write_proxy_model_dir,
 )
-from harness.config import compose_cell, options
-from harness.models import ModelProfile, load_profile
+from harness.config import options
+from harness.models import ModelProfile, zoo_profile
 from jenga.spec import VisionEmbeddingSpec, page_geometry
 
 MAX_PLAN_LEN = 32768
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     require_vllm()
     if a.config_check:
         import json
-        results = [config_check(load_profile(compose_cell([f"model={name}"]).model))
+        results = [config_check(zoo_profile(name))
                    for name in a.models or ["llama4_scout"]]
         for r in results:
             bad = r["mismatches"]
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[GeometryRow] = []
     cache: dict = {}
     for name in a.models or options("model"):
-        prof = load_profile(compose_cell([f"model={name}"]).model)
+        prof = zoo_profile(name)
         rows += compare(prof, budget, a.tokens_per_page, cache)
     print(markdown(rows, budget, a.tokens_per_page))
     return 0

@@ -16,8 +16,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from harness.config import ConfigError, compose_cell
-from harness.models import ModelProfile, load_profile
+from harness.config import ConfigError
+from harness.models import ModelProfile, zoo_profile
 from jenga.spec import CrossAttentionSpec, TokenDropSpec
 
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             args[k] = v
         if "model" not in args or "text_tokens" not in args:
             raise ConfigError("model=<name> and text_tokens=<T> are required")
-        prof = load_profile(compose_cell([f"model={args['model']}"]).model)
+        prof = zoo_profile(args['model'])
         ctx = int(args["context"]) if "context" in args else None
         w = analytic_waste(prof, int(args["text_tokens"]), int(args.get("image_tokens", 0)), ctx)
     except (ConfigError, ValueError) as exc:
