@@ -50,16 +50,19 @@ from harness.workloads import build_workload
 from harness.workloads import sessions as ww
 from harness.workloads.trace import TraceError, load_trace
 from jenga.baselines.sglang import reported_capacity as sglang_capacity
+from jenga.baselines.sglang_unified import reported_capacity as sglang_unified_capacity
 from jenga.baselines.vllm_hma import reported_capacity
 from jenga.registry import ALL_SYSTEM_NAMES, REGISTRY
 from jenga.spec import VisionEmbeddingSpec
 
 USAGE = __doc__.split("\n\n")[1]
-RULES = ("vllm_hma", "vllm_hma_off", "sglang_pools", "jenga")
+RULES = ("vllm_hma", "vllm_hma_off", "sglang_pools", "sglang_unified", "jenga")
 DEFAULT_RULES = RULES
 ENGINE_OF = {"vllm_hma": "vLLM 0.32.0 (hybrid KV cache manager)",
              "vllm_hma_off": "vLLM 0.32.0 (--disable-hybrid-kv-cache-manager)",
              "sglang_pools": "SGLang srt (separate SWA/full/Mamba pools, server_args defaults)",
+             "sglang_unified": "SGLang srt main 2026-08 (--enable-unified-memory, sglang#29678; "
+                               "before sglang#36713's fix)",
              "jenga": "Jenga (SOSP'25 LCM allocator, this repository)"}
 TOP_KEYS = {"model", "gpu", "tp", "workload", "trace", "rules", "num_requests", "seed"}
 ENGINE_KEYS = {"enable_prefix_caching", "max_model_len", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
@@ -219,18 +222,20 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
     mml = _max_model_len(cfg, prof)
     mnbt = int(cfg.engine.max_num_batched_tokens or 8192)
     # SGLang's page_size defaults to 1 token; the others page by engine.tokens_per_page (16)
-    tpp = 1 if rule == "sglang_pools" else int(cfg.engine.tokens_per_page or 16)
+    tpp = 1 if rule.startswith("sglang") else int(cfg.engine.tokens_per_page or 16)
     mm = jenga.make_manager(rule, specs, kv, tokens_per_page=tpp, enable_prefix_cache=prefix_caching, **options)
     types = [t for t in mm.types if not t.name.endswith("/image")]
     out = {"rule": rule, "engine": ENGINE_OF.get(rule, getattr(mm, "engine_version", rule)),
            "options": options, "kv_bytes": kv, "max_model_len": mml,
            "block_size_tokens": {t.name: t.tokens_per_page for t in types},
            "page_bytes": {t.name: t.page_bytes for t in types}}
-    if rule == "sglang_pools":
-        cap = sglang_capacity(mm, mml)
+    if rule.startswith("sglang"):
+        cap = (sglang_unified_capacity if rule == "sglang_unified" else sglang_capacity)(mm, mml)
         out.update(num_blocks=None, kv_capacity_tokens=cap["kv_capacity_tokens"],
                    max_concurrency=round(cap["max_concurrency"], 4), full_tokens=cap["full_tokens"],
                    swa_tokens=cap["swa_tokens"], mamba_slots=cap["mamba_slots"])
+        if rule == "sglang_unified":
+            out.update(arena_bytes=cap["arena_bytes"], full_tokens_if_alone=cap["full_tokens_if_alone"])
     elif rule.startswith("vllm"):
         cap = reported_capacity(mm, mml, max_num_batched_tokens=mnbt)
         out.update(num_blocks=cap["num_blocks"], kv_capacity_tokens=cap["kv_capacity_tokens"],
@@ -266,7 +271,7 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
         notes.append("vLLM 0.32 turns the hybrid manager off for models with attention_chunk_size (Llama 4) "
                      "unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (config/vllm.py); "
                      "vllm_hma_off is its default")
-    if "chunked" in kinds and rule == "sglang_pools":
+    if "chunked" in kinds and rule.startswith("sglang"):
         notes.append("SGLang sizes Llama 4's chunked pool with its own formula (set_num_token_hybrid's Llama4 "
                      "branch), not modelled: chunked layers are split here like sliding-window ones")
     if notes:
@@ -286,7 +291,7 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
 def simulate(rule: str, a: Args, prof, requests, options: dict) -> dict:
     """Serve ``requests`` under ``rule`` in the CPU simulator; every metric is simulated."""
     cfg = compose(a, rule, options, dataset="synthetic")
-    if rule == "sglang_pools":
+    if rule.startswith("sglang"):
         cfg.engine.tokens_per_page = 1  # SGLang's default page_size
     t0 = time.perf_counter()
     res = sim_run_cell(cfg, prof, requests)
@@ -330,6 +335,9 @@ def knob_variants(rule: str, prof, align: int) -> list[tuple[str, dict]]:
         if "mamba" in kinds:
             out += [(f"mamba_full_memory_ratio={r}", {"mamba_full_memory_ratio": r}) for r in (0.1, 0.5, 2.0)]
         return out
+    if rule == "sglang_unified":
+        # the ratios only size the arena (boot labels); what changes the runtime is sglang#36713's fix
+        return [("evict_full_for_mamba=true", {"evict_full_for_mamba": True})] if "mamba" in kinds else []
     if rule != "vllm_hma":
         return []
     out: list[tuple[str, dict]] = []
@@ -394,7 +402,11 @@ def print_text(model: str, gpu: str, answers: list[dict]) -> None:
               f"max concurrency at {r['max_model_len']:,} tokens: {r['max_concurrency']:.2f}x")
         for note in r.get("notes", []):
             print(f"  note: {note}")
-        if r.get("full_tokens") is not None:
+        if r.get("arena_bytes") is not None:
+            print(f"  one arena, sub-pools growing toward each other: boot labels full {r['full_tokens']:,} tokens, "
+                  f"SWA {r['swa_tokens']:,}, Mamba {r['mamba_slots']:,} slots; full alone up to "
+                  f"{r['full_tokens_if_alone']:,} tokens (the split floats at run time)")
+        elif r.get("full_tokens") is not None:
             print(f"  pools: full {r['full_tokens']:,} tokens, SWA {r['swa_tokens']:,} tokens, "
                   f"Mamba {r['mamba_slots']:,} slots (fixed at start-up)")
         if any(r["page_padding_fraction"].values()):

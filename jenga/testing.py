@@ -91,6 +91,8 @@ def check_invariants(mgr: PagedManager) -> None:
     elif isinstance(pool, PartitionedPool):
         for t, p in enumerate(pool.pools):
             assert len(p.free_pages) + p.used[t] + p.cached[t] == p.num_pages
+    elif hasattr(pool, "check"):  # a pool with its own invariants (sglang_unified's arena)
+        pool.check()
     else:
         assert len(pool.free_pages) + sum(pool.used) + sum(pool.cached) == pool.num_pages
     # 4. Held data covers what is needed (no request is short of a page it reads).

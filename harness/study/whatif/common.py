@@ -23,7 +23,7 @@ def simulate(rule: str, a, prof, requests, options: dict | None = None) -> tuple
     """``(metrics, {request_id: hit tokens on first admission})`` of ``requests`` under ``rule``
     (what :func:`harness.backends.sim.engine.run_cell` runs, keeping the scheduler's requests)."""
     cfg = w.compose(a, rule, options or {}, dataset="synthetic")
-    if rule == "sglang_pools":
+    if rule.startswith("sglang"):
         cfg.engine.tokens_per_page = 1
     eng, gpu = EngineSettings.of(cfg.engine), GpuSettings.of(cfg.gpu)
     v = variants.build(cfg, prof, eng, gpu, rule, sim.block_manager_of(rule))
