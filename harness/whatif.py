@@ -51,18 +51,22 @@ from harness.workloads import sessions as ww
 from harness.workloads.trace import TraceError, load_trace
 from jenga.baselines.sglang import reported_capacity as sglang_capacity
 from jenga.baselines.sglang_unified import reported_capacity as sglang_unified_capacity
+from jenga.baselines.trtllm import TOKENS_PER_BLOCK as TRTLLM_TOKENS_PER_BLOCK
+from jenga.baselines.trtllm import reported_capacity as trtllm_capacity
 from jenga.baselines.vllm_hma import reported_capacity
 from jenga.registry import ALL_SYSTEM_NAMES, REGISTRY
 from jenga.spec import VisionEmbeddingSpec
 
 USAGE = __doc__.split("\n\n")[1]
-RULES = ("vllm_hma", "vllm_hma_off", "sglang_pools", "sglang_unified", "jenga")
+RULES = ("vllm_hma", "vllm_hma_off", "sglang_pools", "sglang_unified", "trtllm_pools", "jenga")
 DEFAULT_RULES = RULES
 ENGINE_OF = {"vllm_hma": "vLLM 0.32.0 (hybrid KV cache manager)",
              "vllm_hma_off": "vLLM 0.32.0 (--disable-hybrid-kv-cache-manager)",
              "sglang_pools": "SGLang srt (separate SWA/full/Mamba pools, server_args defaults)",
              "sglang_unified": "SGLang srt main 2026-08 (--enable-unified-memory, sglang#29678; "
                                "before sglang#36713's fix)",
+             "trtllm_pools": "TensorRT-LLM main 2026-08 (C++ KV cache manager: one pool per window size, "
+                             "calculateWindowSizeToShare split, tokens_per_block 32)",
              "jenga": "Jenga (SOSP'25 LCM allocator, this repository)"}
 TOP_KEYS = {"model", "gpu", "tp", "workload", "trace", "rules", "num_requests", "seed"}
 ENGINE_KEYS = {"enable_prefix_caching", "max_model_len", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
@@ -211,6 +215,24 @@ def kv_bytes(cfg, prof) -> int:
 
 
 # -- per rule ---------------------------------------------------------------------------------------
+def page_tokens(rule: str, default: int) -> int:
+    """Tokens per page each engine uses by default: SGLang's page_size 1, TensorRT-LLM's
+    tokens_per_block 32, ``engine.tokens_per_page`` (vLLM's 16) for the rest."""
+    if rule.startswith("sglang"):
+        return 1
+    if rule == "trtllm_pools":
+        return TRTLLM_TOKENS_PER_BLOCK
+    return default
+
+
+def rule_options(rule: str, options: dict, max_model_len: int) -> dict:
+    """The rule's options with what the engine takes from the cell: TensorRT-LLM's full-attention
+    window (and its split's weight) is ``max_seq_len``."""
+    if rule == "trtllm_pools":
+        return {"max_seq_len": max_model_len, **options}
+    return dict(options)
+
+
 def _max_model_len(cfg, prof) -> int:
     mml = cfg.engine.max_model_len
     return int(mml) if mml else int(prof.max_model_len)
@@ -222,8 +244,9 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
     mml = _max_model_len(cfg, prof)
     mnbt = int(cfg.engine.max_num_batched_tokens or 8192)
     # SGLang's page_size defaults to 1 token; the others page by engine.tokens_per_page (16)
-    tpp = 1 if rule.startswith("sglang") else int(cfg.engine.tokens_per_page or 16)
-    mm = jenga.make_manager(rule, specs, kv, tokens_per_page=tpp, enable_prefix_cache=prefix_caching, **options)
+    tpp = page_tokens(rule, int(cfg.engine.tokens_per_page or 16))
+    mm = jenga.make_manager(rule, specs, kv, tokens_per_page=tpp, enable_prefix_cache=prefix_caching,
+                            **rule_options(rule, options, mml))
     types = [t for t in mm.types if not t.name.endswith("/image")]
     out = {"rule": rule, "engine": ENGINE_OF.get(rule, getattr(mm, "engine_version", rule)),
            "options": options, "kv_bytes": kv, "max_model_len": mml,
@@ -236,6 +259,12 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
                    swa_tokens=cap["swa_tokens"], mamba_slots=cap["mamba_slots"])
         if rule == "sglang_unified":
             out.update(arena_bytes=cap["arena_bytes"], full_tokens_if_alone=cap["full_tokens_if_alone"])
+    elif rule == "trtllm_pools":
+        cap = trtllm_capacity(mm, mml)
+        out.update(num_blocks=sum(cap["blocks_per_window"].values()), kv_capacity_tokens=cap["kv_capacity_tokens"],
+                   max_concurrency=round(cap["max_concurrency"], 4),
+                   blocks_per_window={str(w): n for w, n in cap["blocks_per_window"].items()},
+                   window_share={str(w): x for w, x in cap["window_share"].items()})
     elif rule.startswith("vllm"):
         cap = reported_capacity(mm, mml, max_num_batched_tokens=mnbt)
         out.update(num_blocks=cap["num_blocks"], kv_capacity_tokens=cap["kv_capacity_tokens"],
@@ -290,9 +319,8 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
 
 def simulate(rule: str, a: Args, prof, requests, options: dict) -> dict:
     """Serve ``requests`` under ``rule`` in the CPU simulator; every metric is simulated."""
-    cfg = compose(a, rule, options, dataset="synthetic")
-    if rule.startswith("sglang"):
-        cfg.engine.tokens_per_page = 1  # SGLang's default page_size
+    cfg = compose(a, rule, rule_options(rule, options, _max_model_len(compose(a), prof)), dataset="synthetic")
+    cfg.engine.tokens_per_page = page_tokens(rule, int(cfg.engine.tokens_per_page or 16))
     t0 = time.perf_counter()
     res = sim_run_cell(cfg, prof, requests)
     m = res.metrics
@@ -338,6 +366,10 @@ def knob_variants(rule: str, prof, align: int) -> list[tuple[str, dict]]:
     if rule == "sglang_unified":
         # the ratios only size the arena (boot labels); what changes the runtime is sglang#36713's fix
         return [("evict_full_for_mamba=true", {"evict_full_for_mamba": True})] if "mamba" in kinds else []
+    if rule == "trtllm_pools":
+        # KvCacheConfig.max_attention_window: capping every window also re-weighs the static split
+        return [(f"max_attention_window={w}", {"max_attention_window": w}) for w in (4096, 16384)
+                if "full" in kinds and "mamba" not in kinds]
     if rule != "vllm_hma":
         return []
     out: list[tuple[str, dict]] = []
@@ -354,7 +386,11 @@ def knob_variants(rule: str, prof, align: int) -> list[tuple[str, dict]]:
 
 def sweep(rule: str, a: Args, prof, kv: int, cfg, base: dict, requests) -> list[dict]:
     caching = bool(cfg.engine.enable_prefix_caching)
-    mm = jenga.make_manager(rule, prof.specs, kv, enable_prefix_cache=caching, **a.options.get(rule, {}))
+    try:
+        mm = jenga.make_manager(rule, prof.specs, kv, enable_prefix_cache=caching,
+                                **rule_options(rule, a.options.get(rule, {}), _max_model_len(cfg, prof)))
+    except ValueError:
+        return []
     rows = []
     for label, opt in knob_variants(rule, prof, mm.align):
         opts = {**a.options.get(rule, {}), **opt}
@@ -406,6 +442,9 @@ def print_text(model: str, gpu: str, answers: list[dict]) -> None:
             print(f"  one arena, sub-pools growing toward each other: boot labels full {r['full_tokens']:,} tokens, "
                   f"SWA {r['swa_tokens']:,}, Mamba {r['mamba_slots']:,} slots; full alone up to "
                   f"{r['full_tokens_if_alone']:,} tokens (the split floats at run time)")
+        elif r.get("blocks_per_window") is not None:
+            print(f"  pools per window (blocks of {r['block_size_tokens'] and max(r['block_size_tokens'].values())} "
+                  f"tokens, fixed at start-up): {r['blocks_per_window']}")
         elif r.get("full_tokens") is not None:
             print(f"  pools: full {r['full_tokens']:,} tokens, SWA {r['swa_tokens']:,} tokens, "
                   f"Mamba {r['mamba_slots']:,} slots (fixed at start-up)")

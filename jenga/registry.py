@@ -21,6 +21,7 @@ from jenga.baselines.marconi import MarconiManager
 from jenga.baselines.per_model_split import PerModelSplit
 from jenga.baselines.sglang import SglangPools
 from jenga.baselines.sglang_unified import SglangUnified
+from jenga.baselines.trtllm import TrtllmPools
 from jenga.baselines.vllm_hma import VllmHma, VllmHmaOff
 from jenga.interface import MemoryManager
 from jenga.jenga_manager import JengaManager
@@ -71,6 +72,7 @@ REGISTRY: dict[str, SystemInfo] = {
                                vllm_hybrid=False),
     "sglang_pools": SystemInfo(SglangPools, cell=False),
     "sglang_unified": SystemInfo(SglangUnified, cell=False),
+    "trtllm_pools": SystemInfo(TrtllmPools, cell=False),
 }
 # The cell systems (what the fuzz, the property tests and ``system=`` range over).
 SYSTEMS = {name: info.factory for name, info in REGISTRY.items() if info.cell}

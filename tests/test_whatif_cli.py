@@ -25,7 +25,7 @@ def _json(argv):
 def test_json_keys_and_exact_capacity_without_workload():
     out = _json(["model=gpt_oss_20b", "gpu=h100", "engine.max_model_len=32768", "--no-sweep"])
     by = {r["rule"]: r for r in out}
-    assert set(by) == {"vllm_hma", "vllm_hma_off", "sglang_pools", "sglang_unified", "jenga"}
+    assert set(by) == {"vllm_hma", "vllm_hma_off", "sglang_pools", "sglang_unified", "trtllm_pools", "jenga"}
     for r in out:
         assert {"rule", "block_size_tokens", "kv_capacity_tokens", "max_concurrency", "prefix_hit_rate"} <= set(r)
         assert r["prefix_hit_rate"] is None
