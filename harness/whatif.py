@@ -450,7 +450,10 @@ def print_text(model: str, gpu: str, answers: list[dict]) -> None:
                   f"Mamba {r['mamba_slots']:,} slots (fixed at start-up)")
         if any(r["page_padding_fraction"].values()):
             print(f"  page padding (static waste): {r['page_padding_fraction']}")
-        if r.get("prefix_hit_rate") is not None:
+        if r.get("simulated") and (r.get("ttft_mean_s") is None or r.get("throughput_req_s") is None):
+            print(f"  SIMULATED: no request completed ({r.get('num_ignored')} ignored: a request does not fit "
+                  "the rule's pools at this max_model_len)")
+        elif r.get("prefix_hit_rate") is not None:
             wb = r.get("waste_breakdown") or {}
             print(f"  SIMULATED: prefix hit rate {r['prefix_hit_rate']:.3f}, {r['throughput_req_s']:.3f} req/s, "
                   f"TTFT mean {r['ttft_mean_s']:.3f} s, waste {r['waste_fraction']:.3f} "
@@ -461,7 +464,7 @@ def print_text(model: str, gpu: str, answers: list[dict]) -> None:
                 print(f"  knob {s['knob']}: {s['error']}")
                 continue
             extra = (f", hit rate {s['prefix_hit_rate']:.3f} (SIMULATED), {s['throughput_req_s']:.3f} req/s"
-                     if s.get("prefix_hit_rate") is not None else "")
+                     if s.get("prefix_hit_rate") is not None and s.get("throughput_req_s") is not None else "")
             print(f"  knob {s['knob']}: {s['kv_capacity_tokens']:,} tokens, blocks {s['block_size_tokens']}{extra}")
 
 

@@ -137,3 +137,13 @@ def test_random_streams_keep_the_allocator_invariants(opts):
         for r in running:
             mm.free(r)
         check_invariants(mm)
+
+
+def test_whatif_prints_a_rule_under_which_no_request_fits(capsys):
+    """Gemma-4-31B at its 262,144-token max_model_len: TRT-LLM's split gives the 1024-token window
+    19 blocks (608 tokens, less than one window), so no request is admitted; the answer says so."""
+    from harness import whatif as w
+    assert w.main(["model=gemma4_31b", "gpu=h100", "workload=sessions", "num_requests=2", "rules=trtllm_pools",
+                   "--no-sweep"]) == 0
+    out = capsys.readouterr().out
+    assert "{'1024': 19, '262144': 4752}" in out and "no request completed (2 ignored" in out
