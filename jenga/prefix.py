@@ -180,6 +180,21 @@ class PrefixCacheMixin:
         if self.keep_block_copies:
             self._evict_copy(t, sid, key)
 
+    def _on_evict_many(self, pages: list[tuple[int, int]]) -> None:
+        """:meth:`_on_evict` of every ``(t, sid)`` in order (a pool evicting a batch)."""
+        if self._j is not None or type(self)._on_evict is not PrefixCacheMixin._on_evict:
+            for t, sid in pages:
+                self._on_evict(t, sid)
+            return
+        self._evictions += len(pages)
+        page_key, index, copies = self.page_key, self.index, self.keep_block_copies
+        for t, sid in pages:
+            key = page_key[t].pop(sid, None)
+            if key is not None and index[t].get(key) == sid:
+                del index[t][key]
+            if copies:
+                self._evict_copy(t, sid, key)
+
     def _pin(self, t: int, sid: int, data: int, undo: list) -> None:
         r = self.ref[t].get(sid, 0)
         if self._j is not None:
