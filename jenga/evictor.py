@@ -222,6 +222,19 @@ class LargePageLRU:
             self._key[lp] = old
             self._push(old)
 
+    def pop_lru(self, k: int) -> list[int]:
+        """Take out the ``k`` least recently used large pages (fewer when fewer), in order; no
+        undo log may be open."""
+        assert self._j is None, "pop_lru runs without an undo log"
+        heap, keys, out = self._heap, self._key, []
+        while heap and len(out) < k:
+            key = heappop(heap)
+            lp = key[-1]
+            if keys.get(lp) == key:
+                del keys[lp]
+                out.append(lp)
+        return out
+
     def newest_ts(self, lp: int) -> int:
         return self._key[lp][0]
 

@@ -188,11 +188,14 @@ class PrefixCacheMixin:
             return
         self._evictions += len(pages)
         page_key, index, copies = self.page_key, self.index, self.keep_block_copies
+        copy_key, copies_of = self.copy_key, self.copies
         for t, sid in pages:
             key = page_key[t].pop(sid, None)
-            if key is not None and index[t].get(key) == sid:
-                del index[t][key]
-            if copies:
+            idx = index[t]
+            if key is not None and idx.get(key) == sid:
+                del idx[key]
+            # _evict_copy, called only where it has something to do
+            if copies and (sid in copy_key[t] or (key is not None and key not in idx and key in copies_of[t])):
                 self._evict_copy(t, sid, key)
 
     def _pin(self, t: int, sid: int, data: int, undo: list) -> None:

@@ -294,11 +294,12 @@ class LcmPagePool:
             self.path_counts["new_large"] += k
             # Out of free large pages: each next page is the LRU evictable large page, evicted
             # (it goes to the free list) and taken at once, as alloc does.
-            lru = self.large_lru
-            while len(out) < n and lru is not None and len(lru):
-                self._evict_large(lru.peek_lru())
-                out.append(fl.pop())
-                self.path_counts["evict_large"] += 1
+            if len(out) < n and self.large_lru is not None:
+                k = self._evict_lru_large(n - len(out))
+                if k:
+                    out += fl[len(fl) - k:]  # each evicted page is taken as soon as it is free
+                    del fl[len(fl) - k:]
+                    self.path_counts["evict_large"] += k
             lp_type, lp_slots, lp_used = self.lp_type, self.lp_slots, self.lp_used
             for lp in out:
                 lp_type[lp] = t
@@ -654,6 +655,32 @@ class LcmPagePool:
         """Evict a cached page and hand it, used, to the caller."""
         self.from_cached(t, sid)
         self.on_evict(t, sid)
+
+    def _evict_lru_large(self, k: int) -> int:
+        """:meth:`_evict_large` of the ``k`` least recently used evictable large pages (fewer when
+        fewer), in LRU order, with no undo log; they end on the free list in that order. Returns
+        how many. (Evicting one changes no other page's LRU key, so the pages are the ones ``k``
+        rounds of peek-and-evict would pick.)"""
+        lps = self.large_lru.pop_lru(k)
+        lp_type, lp_cached, lp_newest, ratio = self.lp_type, self.lp_cached, self.lp_newest, self.ratio
+        evl, cached, evictor = self.evl_cached, self.cached, self.evictor
+        evicted = []  # (t, sid) in eviction order, for one on_evict_many call
+        for lp in lps:
+            t = lp_type[lp]
+            evl[t] -= lp_cached[lp]
+            r = ratio[t]
+            gone = evictor.pop_cached(t, range(lp * r, lp * r + r)) if r > 1 else evictor.pop_cached(t, (lp,))
+            evicted += [(t, sid) for sid in gone]
+            cached[t] -= len(gone)
+            lp_cached[lp] = 0
+            lp_newest[lp] = None
+            self._release_large(lp, t)
+        if self.on_evict_many is not None:
+            self.on_evict_many(evicted)
+        else:
+            for t, sid in evicted:
+                self.on_evict(t, sid)
+        return len(lps)
 
     def _evict_large(self, lp: int) -> None:
         t = self.lp_type[lp]
