@@ -7,12 +7,19 @@ length in every type: *aligned*), so what survives is a prefix that stays valid 
 
 Two levels, as in the paper's allocation steps: per type, an LRU of evictable small pages; and an
 LRU of evictable *large* pages (every small page cached or empty), keyed by their newest small
-page. Sorted containers keep every update O(log n).
+page.
+
+Both are binary heaps with lazy deletion (issue 20): an entry is the page's whole key, and it is
+live while the page's current key is that entry. A page leaves the cache in O(1) (its key is
+dropped; the stale entry is skipped when it reaches the top) and joins it in one C-level
+``heappush`` -- a sorted container paid ~4 µs per insert, and a long-context cell caches and evicts
+hundreds of thousands of pages. Keys are unique (they end with the page id), so the order is the
+same total order a sorted list gives. A heap that is mostly stale entries is rebuilt.
 """
 
 from __future__ import annotations
 
-from sortedcontainers import SortedList
+from heapq import heapify, heappop, heappush
 
 
 class PrefixSubsetEvictor:
@@ -21,12 +28,16 @@ class PrefixSubsetEvictor:
     def __init__(self, num_types: int, per_type: bool = True):
         self.per_type = per_type
         n = num_types if per_type else 1
-        self._lists = [SortedList() for _ in range(n)]
+        self._heaps: list[list[tuple]] = [[] for _ in range(n)]
         self._key: list[dict[int, tuple]] = [{} for _ in range(num_types)]
         self._j = None  # jenga.journal.Journal while an allocation that may fail runs
 
     def __len__(self) -> int:
-        return sum(len(x) for x in self._lists)
+        return sum(map(len, self._key))
+
+    def state_view(self) -> list[tuple]:
+        """What the evictor holds, layout aside: every cached page's key, in eviction order."""
+        return sorted(k for d in self._key for k in d.values())
 
     def count(self, t: int) -> int:
         return len(self._key[t])
@@ -42,91 +53,196 @@ class PrefixSubsetEvictor:
         key = self._key[t][sid]
         return key[0], key[1]
 
+    def _heap(self, t: int) -> list:
+        return self._heaps[t if self.per_type else 0]
+
+    def _push(self, key: tuple) -> None:
+        t = key[2]
+        heap = self._heaps[t if self.per_type else 0]
+        heappush(heap, key)
+        if len(heap) > 64 and len(heap) > 3 * self._live(t):
+            self._compact(heap, t)
+
+    def _live(self, t: int) -> int:
+        return len(self._key[t]) if self.per_type else len(self)
+
+    def _compact(self, heap: list, t: int) -> None:
+        keys = self._key
+        heap[:] = [k for k in heap if keys[k[2]].get(k[3]) == k]
+        heapify(heap)
+
     def add(self, t: int, sid: int, ts: int, plen: int) -> None:
         key = (ts, -plen, t, sid)
         self._key[t][sid] = key
-        self._lists[t if self.per_type else 0].add(key)
+        self._push(key)
         if self._j is not None:
             self._j.call(self._unadd, t, sid)
 
+    def add_many(self, t: int, sids, ts: int, plens) -> None:
+        """:meth:`add` of ``(sid, plen)`` pairs at one timestamp (a released run of pages)."""
+        keys = [(ts, -p, t, s) for s, p in zip(sids, plens)]
+        self._key[t].update(zip(sids, keys))
+        heap = self._heap(t)
+        for k in keys:
+            heappush(heap, k)
+        if self._j is not None:
+            for s in sids:
+                self._j.call(self._unadd, t, s)
+        if len(heap) > 64 and len(heap) > 3 * self._live(t):
+            self._compact(heap, t)
+
     def remove(self, t: int, sid: int) -> tuple[int, int]:
         """Take a page out (it was hit or evicted); returns its ``(ts, plen)``."""
-        key = self._key[t].pop(sid)
-        self._lists[t if self.per_type else 0].remove(key)
+        key = self._key[t].pop(sid)  # its heap entry is stale from now on
         if self._j is not None:
             self._j.call(self._unremove, key)
         return key[0], -key[1]
 
+    def remove_many(self, t: int, sids) -> list[tuple[int, int]]:
+        """:meth:`remove` of every page in ``sids``; their ``(ts, plen)`` in order."""
+        if self._j is not None:
+            return [self.remove(t, s) for s in sids]
+        pop = self._key[t].pop
+        return [(k[0], -k[1]) for k in map(pop, sids)]
+
+    def pop_lru(self, k: int) -> list[tuple[int, int]]:
+        """Take out the ``k`` first pages in eviction order (fewer when fewer are cached), as
+        ``(type, sid)``; one shared queue or type 0's."""
+        out = []
+        if self._j is not None:
+            while len(out) < k and (top := self.peek_lru()) is not None:
+                self.remove(*top)
+                out.append(top)
+            return out
+        heap, keys = self._heaps[0], self._key
+        while heap and len(out) < k:
+            key = heappop(heap)
+            d = keys[key[2]]
+            if d.get(key[3]) == key:
+                del d[key[3]]
+                out.append((key[2], key[3]))
+        return out
+
+    def pop_cached(self, t: int, sids) -> list[int]:
+        """Take out every page of ``sids`` that is cached (a large page evicted whole); returns
+        them in ``sids``' order."""
+        keys = self._key[t]
+        out = [s for s in sids if s in keys]
+        if self._j is None:
+            for s in out:
+                del keys[s]
+        else:
+            for s in out:
+                self.remove(t, s)
+        return out
+
     def _unadd(self, t: int, sid: int, _) -> None:
-        self._lists[t if self.per_type else 0].remove(self._key[t].pop(sid))
+        del self._key[t][sid]
 
     def _unremove(self, key: tuple, *_) -> None:
-        t, sid = key[2], key[3]
-        self._key[t][sid] = key
-        self._lists[t if self.per_type else 0].add(key)
+        self._key[key[2]][key[3]] = key
+        self._push(key)
+
+    def _top(self, heap: list) -> tuple | None:
+        keys = self._key
+        while heap:
+            k = heap[0]
+            if keys[k[2]].get(k[3]) == k:
+                return k
+            heappop(heap)
+        return None
 
     def in_order(self):
-        """Every cached ``(type, sid)`` in eviction order (one shared queue only)."""
+        """Every cached ``(type, sid)`` in eviction order (one shared queue only); the cache must
+        not change while the generator is read."""
         assert not self.per_type, "in_order needs the shared queue (per_type=False)"
-        return ((key[2], key[3]) for key in self._lists[0])
+        keys = self._key
+        heap = [k for k in self._heaps[0] if keys[k[2]].get(k[3]) == k]
+        heapify(heap)
+        while heap:
+            k = heappop(heap)
+            yield k[2], k[3]
 
     def peek_lru(self, t: int | None = None) -> tuple[int, int] | None:
         """``(type, sid)`` of the page to evict next (of type ``t``, or overall)."""
-        lst = self._lists[t if (self.per_type and t is not None) else 0]
         if not self.per_type and t is not None:
-            for key in lst:  # shared queue: first page of the wanted type
-                if key[2] == t:
-                    return key[2], key[3]
+            for key in self.in_order():  # shared queue: first page of the wanted type
+                if key[0] == t:
+                    return key
             return None
-        if not lst:
-            return None
-        key = lst[0]
-        return key[2], key[3]
+        key = self._top(self._heaps[t if self.per_type and t is not None else 0])
+        return None if key is None else (key[2], key[3])
 
 
 class LargePageLRU:
-    """Evictable large pages keyed by the largest small-page key among their cached small pages."""
+    """Evictable large pages keyed by the largest small-page key among their cached small pages
+    (a heap with lazy deletion, as :class:`PrefixSubsetEvictor`)."""
 
     def __init__(self) -> None:
-        self._list = SortedList()
+        self._heap: list[tuple] = []
         self._key: dict[int, tuple] = {}
         self._j = None  # jenga.journal.Journal while an allocation that may fail runs
 
     def __len__(self) -> int:
         return len(self._key)
 
+    def state_view(self) -> list[tuple]:
+        """What the LRU holds, layout aside: every evictable large page's key, in eviction order."""
+        return sorted(self._key.values())
+
     def __contains__(self, lp: int) -> bool:
         return lp in self._key
+
+    def _push(self, key: tuple) -> None:
+        heap = self._heap
+        heappush(heap, key)
+        if len(heap) > 64 and len(heap) > 3 * len(self._key):
+            keys = self._key
+            heap[:] = [k for k in heap if keys.get(k[-1]) == k]
+            heapify(heap)
 
     def set(self, lp: int, newest: tuple[int, int]) -> None:
         old = self._key.get(lp)
         key = (*newest, lp)
-        if old is not None:
-            if old == key:
-                return
-            self._list.remove(old)
+        if old == key:
+            return
         if self._j is not None:
             self._j.call(self._restore, lp, old)
         self._key[lp] = key
-        self._list.add(key)
+        self._push(key)
 
     def discard(self, lp: int) -> None:
         old = self._key.pop(lp, None)
-        if old is not None:
-            self._list.remove(old)
-            if self._j is not None:
-                self._j.call(self._restore, lp, old)
+        if old is not None and self._j is not None:
+            self._j.call(self._restore, lp, old)
 
     def _restore(self, lp: int, old: tuple | None, _=None) -> None:
-        cur = self._key.pop(lp, None)
-        if cur is not None:
-            self._list.remove(cur)
+        self._key.pop(lp, None)
         if old is not None:
             self._key[lp] = old
-            self._list.add(old)
+            self._push(old)
+
+    def pop_lru(self, k: int) -> list[int]:
+        """Take out the ``k`` least recently used large pages (fewer when fewer), in order; no
+        undo log may be open."""
+        assert self._j is None, "pop_lru runs without an undo log"
+        heap, keys, out = self._heap, self._key, []
+        while heap and len(out) < k:
+            key = heappop(heap)
+            lp = key[-1]
+            if keys.get(lp) == key:
+                del keys[lp]
+                out.append(lp)
+        return out
 
     def newest_ts(self, lp: int) -> int:
         return self._key[lp][0]
 
     def peek_lru(self) -> int | None:
-        return self._list[0][-1] if self._list else None
+        heap, keys = self._heap, self._key
+        while heap:
+            k = heap[0]
+            if keys.get(k[-1]) == k:
+                return k[-1]
+            heappop(heap)
+        return None

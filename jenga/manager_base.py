@@ -22,6 +22,7 @@ counters kept incrementally (each request's needed/held bytes are refreshed when
 from __future__ import annotations
 
 import math
+from itertools import repeat
 
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
@@ -90,6 +91,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self._acct_other = [p for p in self.acct if type(p) is not FullPolicy]
         self.pool: PagePool = self.make_pool(**options)
         self.pool.on_evict = self._on_evict
+        if hasattr(self.pool, "on_evict_many"):
+            self.pool.on_evict_many = self._on_evict_many
         n = len(self.types)
         self.ref: list[dict[int, int]] = [{} for _ in range(n)]
         self.page_key: list[dict[int, object]] = [{} for _ in range(n)]
@@ -381,15 +384,34 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     def _try_alloc(self, rs, plans, hits, T, tight, pins, done) -> bool:
         plain_pin = self._j is None and type(self)._pin is PrefixCacheMixin._pin
         shared = self.shared_data
+        uncache_many = getattr(self.pool, "uncache_many", None)
         for t, js in hits.items():
             pages, ref, from_cached = rs.pages[t], self.ref[t], self.pool.from_cached
             plain_data, tpp, bpt = self._plain_data[t], self.types[t].tokens_per_page, self.types[t].data_bytes_per_token
+            unpinned = []  # cached pages this hit takes, pinned in one batch below
+            refs = list(map(ref.get, [sid for _, sid in js])) if plain_pin else None
+            if plain_pin and not any(refs):
+                # A hit on cached pages none of which a running request holds.
+                unpinned = [sid for _, sid in js]
+                ref.update(dict.fromkeys(unpinned, 1))
+                pages.update(js)
+                js = ()
+            elif plain_pin and plain_data and all(refs) and (max(j for j, _ in js) + 1) * tpp <= T:
+                # A hit on pages running requests hold, every one full (tpp tokens of data): the
+                # per-page branch below for all of them at once.
+                sids = [sid for _, sid in js]
+                data = [shared.setdefault((t, sid), tpp * bpt) for sid in sids]
+                self.dup_bytes += sum(data)
+                pins.extend(zip(repeat(t), sids, repeat(None), data))
+                ref.update(zip(sids, [r + 1 for r in refs]))
+                pages.update(js)
+                js = ()
             for j, sid in js:
                 r = ref.get(sid) if plain_pin else None
                 if r == 0 or (plain_pin and r is None):
                     # _pin of a cached page, unrolled (a hit pins thousands): its data size only
                     # matters for a page shared with a running request.
-                    pins.append((t, sid, from_cached(t, sid), 0))
+                    unpinned.append(sid)
                     ref[sid] = 1
                 elif plain_pin and plain_data:
                     # _pin of a page a running request holds, unrolled (_page_data of a token page).
@@ -400,6 +422,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 else:
                     self._pin(t, sid, self._page_data(rs, t, j, T), pins)
                 pages[j] = sid
+            if unpinned:
+                keys = (uncache_many(t, unpinned) if uncache_many is not None
+                        else [from_cached(t, sid) for sid in unpinned])
+                pins.extend((t, sid, key, 0) for sid, key in zip(unpinned, keys))
         alloc_many, jr = self.pool.alloc_many, self._j
         for t, plan in enumerate(plans):
             if plan is None or not plan[1]:
@@ -407,12 +433,16 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             pages, ref = rs.pages[t], self.ref[t]
             js = [j for j in plan[1] if j not in pages]  # hits are pinned already
             sids = alloc_many(t, rs.rid, len(js), tight)
-            for j, sid in zip(js, sids):
-                if jr is not None:
+            if jr is None:
+                ref.update(dict.fromkeys(sids, 1))
+                pages.update(zip(js, sids))
+                done.extend((t, j, sid) for j, sid in zip(js, sids))
+            else:
+                for j, sid in zip(js, sids):
                     jr.item(ref, sid)
-                ref[sid] = 1
-                pages[j] = sid
-                done.append((t, j, sid))
+                    ref[sid] = 1
+                    pages[j] = sid
+                    done.append((t, j, sid))
             if len(sids) < len(js):
                 return False
         if self.enable_prefix_cache:
@@ -509,13 +539,16 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         prefix length the page's end -- so a finished 150k-token request releasing ~10k pages per
         layer type costs one pass, not five calls per page (issue 20)."""
         pages, ref, page_key, index = rs.pages[t], self.ref[t], self.page_key[t], self.index[t]
-        pool = self.pool
-        to_cached, pfree = pool.to_cached, pool.free
+        pool, shared = self.pool, self.shared_data
         cache, copies = self.enable_prefix_cache, self.keep_block_copies
         copy_key = self.copy_key[t]
         T = rs.T
         hs, k = (rs.hasher.chain(T), tpp // rs.hasher.block) if cache else ((), 1)
         nh = len(hs)
+        # Pages that go to the cache and pages that go free, handed to the pool in two batches: the
+        # pool's state does not depend on how the two interleave (LcmPagePool.cache_many).
+        cached_sids, cached_ends, freed = [], [], []
+        dup = 0
         for j in js:
             sid = pages.pop(j)
             end = (j + 1) * tpp
@@ -524,7 +557,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             r = ref[sid] - 1
             if r > 0:
                 ref[sid] = r
-                self._undup(t, sid, r)
+                # _undup, unrolled: the page's one data size leaves the double count.
+                dup += shared[(t, sid)]
+                if r == 1:
+                    del shared[(t, sid)]
                 continue
             del ref[sid]
             if cache:
@@ -534,10 +570,23 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                     key = hs[i] if i < nh else None
                 if key is not None and index.setdefault(key, sid) == sid:
                     page_key[sid] = key
-                    to_cached(t, sid, ts, end)
+                    cached_sids.append(sid)
+                    cached_ends.append(end)
                     continue
             page_key.pop(sid, None)
-            pfree(t, sid)
+            freed.append(sid)
+        self.dup_bytes -= dup
+        if cached_sids:
+            cache_many = getattr(pool, "cache_many", None)
+            if cache_many is not None:
+                cache_many(t, cached_sids, ts, cached_ends)
+            else:
+                for sid, end in zip(cached_sids, cached_ends):
+                    pool.to_cached(t, sid, ts, end)
+        if freed:
+            pfree = pool.free
+            for sid in freed:
+                pfree(t, sid)
 
     # -- free and usage -----------------------------------------------------------------------------
     def free(self, request: RequestView) -> None:

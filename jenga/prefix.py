@@ -180,6 +180,24 @@ class PrefixCacheMixin:
         if self.keep_block_copies:
             self._evict_copy(t, sid, key)
 
+    def _on_evict_many(self, pages: list[tuple[int, int]]) -> None:
+        """:meth:`_on_evict` of every ``(t, sid)`` in order (a pool evicting a batch)."""
+        if self._j is not None or type(self)._on_evict is not PrefixCacheMixin._on_evict:
+            for t, sid in pages:
+                self._on_evict(t, sid)
+            return
+        self._evictions += len(pages)
+        page_key, index, copies = self.page_key, self.index, self.keep_block_copies
+        copy_key, copies_of = self.copy_key, self.copies
+        for t, sid in pages:
+            key = page_key[t].pop(sid, None)
+            idx = index[t]
+            if key is not None and idx.get(key) == sid:
+                del idx[key]
+            # _evict_copy, called only where it has something to do
+            if copies and (sid in copy_key[t] or (key is not None and key not in idx and key in copies_of[t])):
+                self._evict_copy(t, sid, key)
+
     def _pin(self, t: int, sid: int, data: int, undo: list) -> None:
         r = self.ref[t].get(sid, 0)
         if self._j is not None:

@@ -133,7 +133,9 @@ def _check_exact(mgr: PagedManager) -> None:
 # Fields that are caches or wiring, not state: lazily extended hashes and image bases, the undo
 # log, eviction callbacks, the immutable policies/specs.
 _NOT_STATE = frozenset({"hasher", "_bases", "_j", "on_evict", "_on_evict", "policy", "acct", "specs", "types",
-                        "geometry", "_tinfo", "hashes", "_evictions", "_lookup_stamp"})
+                        "geometry", "_tinfo", "hashes", "_evictions", "_lookup_stamp",
+                        # a cache of a value the pool can recompute (LcmPagePool.lp_newest)
+                        "lp_newest"})
 
 
 # Dicts only ever looked up (never iterated by the allocator): their insertion order is not state.
@@ -162,6 +164,8 @@ def _dump(x, depth: int, unordered: bool = False):
         return sorted((_dump(v, depth + 1) for v in x), key=repr)
     if callable(x) and not hasattr(x, "__dict__") and not hasattr(x, "__slots__"):
         return None
+    if hasattr(x, "state_view"):  # a container whose layout is not its state (the evictors' heaps)
+        return [type(x).__name__, _dump(x.state_view(), depth + 1)]
     fields = {}
     names = list(getattr(x, "__dict__", {}))
     for cls in type(x).__mro__:

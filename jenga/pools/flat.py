@@ -7,6 +7,8 @@ Same interface as :class:`jenga.pools.lcm.LcmPagePool` (``alloc``, ``free``, ``t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from jenga.evictor import PrefixSubsetEvictor
 from jenga.journal import Journal, journal_flat_pool
 from jenga.pools.lcm import EvictHook, _append, _pop
@@ -27,6 +29,8 @@ class FlatPagePool:
         self.cached = [0] * num_types
         self.evictor = PrefixSubsetEvictor(num_types, per_type=False) if enable_cache else None
         self.on_evict: EvictHook = lambda t, sid: None
+        # Optional: on_evict of a list of (t, sid) at once (the manager's batch hook).
+        self.on_evict_many: Callable[[list[tuple[int, int]]], None] | None = None
         self.path_counts = {"new_page": 0, "evict": 0}
         self._j: Journal | None = None
 
@@ -72,6 +76,24 @@ class FlatPagePool:
             self.used[t] += n
             self.path_counts["new_page"] += n
             return out
+        if self._j is None:
+            # Every free page, then the LRU cached pages evicted in one pass: alloc's two steps.
+            out = fp[::-1]
+            fp.clear()
+            self.path_counts["new_page"] += len(out)
+            gone = self.evictor.pop_lru(n - len(out)) if self.evictor is not None else []
+            for t0, _ in gone:
+                self.cached[t0] -= 1
+            self.path_counts["evict"] += len(gone)
+            evict_many = self.on_evict_many
+            if evict_many is not None:
+                evict_many(gone)
+            else:
+                for t0, sid in gone:
+                    self.on_evict(t0, sid)
+            out += [sid for _, sid in gone]
+            self.used[t] += len(out)
+            return out
         out = []
         for _ in range(n):
             sid = self.alloc(t, owner, tight)
@@ -114,6 +136,18 @@ class FlatPagePool:
         self.cached[t] -= 1
         self.used[t] += 1
         return key
+
+    def cache_many(self, t: int, sids: list[int], ts: int, plens: list[int]) -> None:
+        """:meth:`to_cached` of every page in ``sids`` at one timestamp."""
+        self.used[t] -= len(sids)
+        self.cached[t] += len(sids)
+        self.evictor.add_many(t, sids, ts, plens)
+
+    def uncache_many(self, t: int, sids: list[int]) -> list[tuple[int, int]]:
+        """:meth:`from_cached` of every page in ``sids``; their old eviction keys."""
+        self.cached[t] -= len(sids)
+        self.used[t] += len(sids)
+        return self.evictor.remove_many(t, sids)
 
     def release_owner(self, owner: object) -> None:
         return None
@@ -195,6 +229,12 @@ class PartitionedPool:
 
     def from_cached(self, t: int, sid: int) -> tuple[int, int]:
         return self.pools[t].from_cached(t, sid)
+
+    def cache_many(self, t: int, sids: list[int], ts: int, plens: list[int]) -> None:
+        self.pools[t].cache_many(t, sids, ts, plens)
+
+    def uncache_many(self, t: int, sids: list[int]) -> list[tuple[int, int]]:
+        return self.pools[t].uncache_many(t, sids)
 
     def release_owner(self, owner: object) -> None:
         return None

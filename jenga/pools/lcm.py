@@ -51,6 +51,10 @@ class LcmPagePool:
         self.lp_owner: list[object] = [None] * n
         self.lp_used = [0] * n
         self.lp_cached = [0] * n
+        # Largest eviction key (ts, -plen) among each large page's cached small pages, or None when
+        # unknown (a cached page left): kept as pages join the cache so the large-page LRU key is
+        # not a scan of the page's slots at every release (issue 20).
+        self.lp_newest: list[tuple[int, int] | None] = [None] * n
         self.lp_slots: list[list[int] | None] = [None] * n
         self.partial: list[dict[int, None]] = [{} for _ in range(nt)]
         self.owner_partial: dict[tuple[int, object], dict[int, None]] = {}
@@ -62,6 +66,8 @@ class LcmPagePool:
         self.large_lru = LargePageLRU() if enable_cache else None
         self.evl_cached = [0] * nt  # cached small pages inside evictable large pages
         self.on_evict: EvictHook = lambda t, sid: None
+        # Optional: on_evict of a list of (t, sid) at once (the manager's batch hook).
+        self.on_evict_many: Callable[[list[tuple[int, int]]], None] | None = None
         self.path_counts = {k: 0 for k in ("request_hit", "new_large", "evict_large", "steal",
                                            "any_free_small", "evict_small")}
         self._j: Journal | None = None
@@ -151,6 +157,7 @@ class LcmPagePool:
 
     def _restore_lp(self, lp: int, rec: tuple, _=None) -> None:
         self.lp_type[lp], self.lp_owner[lp], self.lp_used[lp], self.lp_cached[lp], slots = rec
+        self.lp_newest[lp] = None
         self.lp_slots[lp] = None if slots is None else list(slots)
 
     def _pop_free_large(self) -> int:
@@ -216,6 +223,10 @@ class LcmPagePool:
                 for other in range(len(self.page_bytes)):
                     assert other == t or not busy.get((lp, other)), f"large page {lp} holds pages of types {t} and {other}"
             if self.large_lru is not None:
+                if self.lp_newest[lp] is not None:
+                    ev, base = self.evictor, lp * self.ratio[t]
+                    keys = [ev.key_of(t, base + s) for s in range(self.ratio[t]) if ev.contains(t, base + s)]
+                    assert keys and self.lp_newest[lp] == max(keys), f"large page {lp}: newest cached key"
                 evictable = self.lp_used[lp] == 0 and self.lp_cached[lp] > 0
                 assert (lp in self.large_lru) == evictable, f"large page {lp} evictable={evictable}"
                 if evictable:
@@ -275,26 +286,78 @@ class LcmPagePool:
         whose small page is the large page are taken in one slice (vLLM's ``get_new_blocks(n)``
         does the same with its free queue); everything else goes page by page."""
         fl = self.free_large
-        if self.ratio[t] == 1 and self._j is None and n <= len(fl):
-            out = fl[len(fl) - n:]
+        if self.ratio[t] == 1 and self._j is None:
+            k = min(n, len(fl))
+            out = fl[len(fl) - k:]
             out.reverse()  # pop() order
-            del fl[len(fl) - n:]
+            del fl[len(fl) - k:]
+            self.path_counts["new_large"] += k
+            # Out of free large pages: each next page is the LRU evictable large page, evicted
+            # (it goes to the free list) and taken at once, as alloc does.
+            if len(out) < n and self.large_lru is not None:
+                k = self._evict_lru_large(n - len(out))
+                if k:
+                    out += fl[len(fl) - k:]  # each evicted page is taken as soon as it is free
+                    del fl[len(fl) - k:]
+                    self.path_counts["evict_large"] += k
             lp_type, lp_slots, lp_used = self.lp_type, self.lp_slots, self.lp_used
             for lp in out:
                 lp_type[lp] = t
                 lp_slots[lp] = []
                 lp_used[lp] = 1
-            self.used[t] += n
-            self.path_counts["new_large"] += n
+            self.used[t] += len(out)
             return out
         out = []
         alloc = self.alloc
-        for _ in range(n):
+        if self._j is None and not tight and self.request_aware and self.ratio[t] > 1:
+            # The request-aware order, a large page at a time: its own partial page (every slot it
+            # has is taken before the next step is asked), then a new large page, then the LRU
+            # evictable one -- the same pages and path counts as ``n`` calls of alloc (the first
+            # slot of a new large page is counted "new_large"/"evict_large", the rest
+            # "request_hit"), without one call chain per small page (issue 20).
+            pc, fl, lru, owner_partial, lp_slots = (self.path_counts, self.free_large, self.large_lru,
+                                                    self.owner_partial, self.lp_slots)
+            key = (t, owner)
+            while len(out) < n:
+                d = owner_partial.get(key)
+                if d:
+                    lp, path = next(reversed(d)), None
+                elif fl:
+                    lp, path = self._new_large(t, owner), "new_large"
+                elif lru is not None and len(lru):
+                    self._evict_large(lru.peek_lru())
+                    lp, path = self._new_large(t, owner), "evict_large"
+                else:
+                    break  # the later steps (any free small page, evict a small page) go one by one
+                k = min(n - len(out), len(lp_slots[lp]))
+                if path is None:
+                    pc["request_hit"] += k
+                else:
+                    pc[path] += 1
+                    pc["request_hit"] += k - 1
+                out += self._take_slots(lp, t, k)
+        for _ in range(n - len(out)):
             sid = alloc(t, owner, tight)
             if sid is None:
                 break
             out.append(sid)
         return out
+
+    def _take_slots(self, lp: int, t: int, k: int) -> list[int]:
+        """:meth:`_take_slot` ``k`` times (no undo log): the slots it would pop, in its order."""
+        if self.lp_used[lp] == 0 and self.large_lru is not None:
+            self._lru_discard(lp, t)
+        slots = self.lp_slots[lp]
+        taken = slots[len(slots) - k:]
+        del slots[len(slots) - k:]
+        taken.reverse()
+        self.nfree_slots[t] -= k
+        self.lp_used[lp] += k
+        self.used[t] += k
+        if not slots:
+            self._unlist_partial(lp, t)
+        base = lp * self.ratio[t]
+        return [base + s for s in taken]
 
     def free_many(self, t: int, sids) -> None:
         """:meth:`free` of every page in ``sids``, in order."""
@@ -488,18 +551,84 @@ class LcmPagePool:
             self._touch(lp)
         self.lp_used[lp] -= 1
         self.used[t] -= 1
-        self.lp_cached[lp] += 1
+        c = self.lp_cached[lp]
+        self.lp_cached[lp] = c + 1
         self.cached[t] += 1
         self.evictor.add(t, sid, ts, plen)
-        self._maybe_evictable(lp, t)
+        key = (ts, -plen)
+        if c == 0:
+            self.lp_newest[lp] = key
+        else:
+            cur = self.lp_newest[lp]
+            if cur is not None and key > cur:
+                self.lp_newest[lp] = key
+        if self.lp_used[lp] == 0:
+            self._maybe_evictable(lp, t)
+
+    def cache_many(self, t: int, sids: list[int], ts: int, plens: list[int]) -> None:
+        """:meth:`to_cached` of every page in ``sids`` (prefix lengths ``plens``) at one timestamp,
+        with no undo log: a released run of pages. The order of the pages does not matter: a
+        large page turns evictable when its last used page leaves, and no later page of the run
+        can be in it."""
+        if self._j is not None:
+            for sid, p in zip(sids, plens):
+                self.to_cached(t, sid, ts, p)
+            return
+        if not sids:
+            return
+        self.evictor.add_many(t, sids, ts, plens)
+        r, lp_used, lp_cached, lp_newest = self.ratio[t], self.lp_used, self.lp_cached, self.lp_newest
+        idle = []
+        for sid, p in zip(sids, plens):
+            lp = sid // r
+            u = lp_used[lp] - 1
+            lp_used[lp] = u
+            c = lp_cached[lp]
+            lp_cached[lp] = c + 1
+            key = (ts, -p)
+            if c == 0:
+                lp_newest[lp] = key
+            else:
+                cur = lp_newest[lp]
+                if cur is not None and key > cur:
+                    lp_newest[lp] = key
+            if u == 0:
+                idle.append(lp)
+        self.used[t] -= len(sids)
+        self.cached[t] += len(sids)
+        for lp in idle:
+            self._maybe_evictable(lp, t)
+
+    def uncache_many(self, t: int, sids: list[int]) -> list[tuple[int, int]]:
+        """:meth:`from_cached` of every page in ``sids`` (a hit pins them), with no undo log;
+        returns their old eviction keys."""
+        if self._j is not None:
+            return [self.from_cached(t, sid) for sid in sids]
+        r, lru, evl = self.ratio[t], self.large_lru, self.evl_cached
+        lp_used, lp_cached, lp_newest = self.lp_used, self.lp_cached, self.lp_newest
+        out = self.evictor.remove_many(t, sids)
+        for sid in sids:
+            lp = sid // r
+            if lp in lru:
+                lru.discard(lp)
+                evl[t] -= lp_cached[lp]
+            lp_cached[lp] -= 1
+            lp_newest[lp] = None
+            lp_used[lp] += 1
+        self.cached[t] -= len(sids)
+        self.used[t] += len(sids)
+        return out
 
     def _maybe_evictable(self, lp: int, t: int) -> None:
         """After a page of ``lp`` stopped being used: all-cached-or-empty large pages are evictable,
         keyed by their most valuable small page (newest timestamp, then shortest prefix), so large
         pages are evicted LRU and, among equals, the one ending the longest prefix first."""
         if self.lp_used[lp] == 0 and self.lp_cached[lp] > 0:
-            base, ev = lp * self.ratio[t], self.evictor
-            newest = max(ev.key_of(t, base + s) for s in range(self.ratio[t]) if ev.contains(t, base + s))
+            newest = self.lp_newest[lp]
+            if newest is None:
+                base, ev = lp * self.ratio[t], self.evictor
+                newest = max(ev.key_of(t, base + s) for s in range(self.ratio[t]) if ev.contains(t, base + s))
+                self.lp_newest[lp] = newest
             self.large_lru.set(lp, newest)
             self.evl_cached[t] += self.lp_cached[lp]
 
@@ -511,6 +640,7 @@ class LcmPagePool:
         self._lru_discard(lp, t)
         key = self.evictor.remove(t, sid)
         self.lp_cached[lp] -= 1
+        self.lp_newest[lp] = None
         self.cached[t] -= 1
         self.lp_used[lp] += 1
         self.used[t] += 1
@@ -526,18 +656,45 @@ class LcmPagePool:
         self.from_cached(t, sid)
         self.on_evict(t, sid)
 
+    def _evict_lru_large(self, k: int) -> int:
+        """:meth:`_evict_large` of the ``k`` least recently used evictable large pages (fewer when
+        fewer), in LRU order, with no undo log; they end on the free list in that order. Returns
+        how many. (Evicting one changes no other page's LRU key, so the pages are the ones ``k``
+        rounds of peek-and-evict would pick.)"""
+        lps = self.large_lru.pop_lru(k)
+        lp_type, lp_cached, lp_newest, ratio = self.lp_type, self.lp_cached, self.lp_newest, self.ratio
+        evl, cached, evictor = self.evl_cached, self.cached, self.evictor
+        evicted = []  # (t, sid) in eviction order, for one on_evict_many call
+        for lp in lps:
+            t = lp_type[lp]
+            evl[t] -= lp_cached[lp]
+            r = ratio[t]
+            gone = evictor.pop_cached(t, range(lp * r, lp * r + r)) if r > 1 else evictor.pop_cached(t, (lp,))
+            evicted += [(t, sid) for sid in gone]
+            cached[t] -= len(gone)
+            lp_cached[lp] = 0
+            lp_newest[lp] = None
+            self._release_large(lp, t)
+        if self.on_evict_many is not None:
+            self.on_evict_many(evicted)
+        else:
+            for t, sid in evicted:
+                self.on_evict(t, sid)
+        return len(lps)
+
     def _evict_large(self, lp: int) -> None:
         t = self.lp_type[lp]
         if self._j is not None:
             self._touch(lp)
         self._lru_discard(lp, t)
         base = lp * self.ratio[t]
-        for s in range(self.ratio[t]):
-            if self.evictor.contains(t, base + s):
-                self.evictor.remove(t, base + s)
-                self.on_evict(t, base + s)
-                self.cached[t] -= 1
+        gone = self.evictor.pop_cached(t, range(base, base + self.ratio[t]))
+        on_evict = self.on_evict
+        for sid in gone:
+            on_evict(t, sid)
+        self.cached[t] -= len(gone)
         self.lp_cached[lp] = 0
+        self.lp_newest[lp] = None
         self._release_large(lp, t)
 
     def release_owner(self, owner: object) -> None:
