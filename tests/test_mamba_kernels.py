@@ -102,3 +102,38 @@ def test_negative_controls_baseline_decode_v1_and_unknown_gpu_keep_the_roofline(
     uni = _mamba_cm(block_manager="uniform")
     assert uni.mamba_latency_time(pre) == pytest.approx(28 * (mk.selective_scan_fwd_seconds([800] * 10, 2048, 16, H100)
                                                               + mk.causal_conv1d_fwd_seconds([800] * 10, 2048, 4, H100)))
+
+
+# ------------------------------------------------------------- v0 KV pool from the reserved peak
+def test_caching_allocator_best_fit_and_new_segments():
+    from harness.backends.cost.model import caching_allocator_new_bytes as new
+    MiB = 1 << 20
+    # Everything fits the cached blocks (best fit, split): nothing new is reserved.
+    assert new([300 * MiB, 100 * MiB], [250 * MiB, 90 * MiB, 50 * MiB]) == 0
+    # 250 MiB takes the 300 MiB block, leaving 50 MiB; a second 250 MiB needs its own segment.
+    assert new([300 * MiB], [250 * MiB, 250 * MiB]) == 250 * MiB
+    # Sizes round up to 2 MiB; requests of 1-10 MiB get a 20 MiB segment that later ones share.
+    assert new([], [(251 * MiB)]) == 252 * MiB
+    assert new([], [5 * MiB, 5 * MiB, 5 * MiB]) == 20 * MiB
+
+
+def test_v0_reserved_peak_counts_sampler_tensors_the_forward_blocks_cannot_hold():
+    from harness.backends.cost.model import SAMPLER_BYTES_PER_LOGIT, caching_allocator_new_bytes
+    prof = tiny_profile(vocab_size=128_000, hidden_size=1024, intermediate_size=4096)
+    eng = tiny_engine(max_num_seqs=256, max_model_len=2048)
+    on = CostModel(prof, tiny_gpu(calibration={**CAL, "mechanisms": {"reserved_peak": True}}), eng)
+    off = CostModel(prof, tiny_gpu(calibration={**CAL, "mechanisms": {"reserved_peak": False}}), eng)
+    live = off.activation_peak_bytes()
+    assert live == 256 * 128_000 * SAMPLER_BYTES_PER_LOGIT            # the sampler is the live peak
+    P = 2048
+    blocks = [P * 2 * 4096 * 2, P * 4096 * 2] + [P * 1024 * 2] * 4
+    layer = P * (3 * 4096 + 4 * 1024) * 2
+    sampler = [256 * 128_000 * b for b in (2, 4, 4, 8, 1, 4, 4, 1, 4)]
+    assert on.activation_peak_bytes() == layer + caching_allocator_new_bytes(blocks, sampler)
+    assert on.activation_peak_bytes() > live
+    assert on.kv_capacity_bytes() < off.kv_capacity_bytes()
+    # v1 is untouched (its own sampler rule).
+    v1 = dict(engine_version="v1", max_num_seqs=256, max_model_len=2048)
+    assert CostModel(prof, tiny_gpu(calibration={**CAL, "mechanisms": {"reserved_peak": True}}),
+                     tiny_engine(**v1)).activation_peak_bytes() == CostModel(
+        prof, tiny_gpu(calibration={**CAL, "mechanisms": {"reserved_peak": False}}), tiny_engine(**v1)).activation_peak_bytes()

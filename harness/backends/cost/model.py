@@ -306,6 +306,42 @@ VISION_ACT_FACTOR = 3             # live bytes per image token in the encoder pa
 # through the sort indices (``torch.empty_like(logits_sort).scatter_``, 4). That fork has no
 # inverse permutation (older vLLM gathered through one, 8 more bytes).
 SAMPLER_BYTES_PER_LOGIT = 32
+# The same live set as tensors, in the order the profiling pass allocates them (bytes per logit).
+SAMPLER_TENSOR_BYTES = (2, 4, 4, 8, 1, 4, 4, 1, 4)
+assert sum(SAMPLER_TENSOR_BYTES) == SAMPLER_BYTES_PER_LOGIT
+# torch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, the artifact's torch 2.4/2.5):
+# a request above 10 MiB gets its own segment rounded up to 2 MiB (``get_allocation_size``:
+# kMinLargeAlloc, kRoundLarge); one of 1-10 MiB a 20 MiB segment (kLargeBuffer); a freed block goes
+# back to the pool and a later request takes the smallest free block that holds it, splitting the
+# rest (``get_free_block``, ``alloc_found_block``). Cached segments go back to the driver only
+# through ``empty_cache`` or after a failed cudaMalloc (``release_cached_blocks``).
+ALLOC_ROUND_LARGE = 2 << 20
+ALLOC_LARGE_BUFFER = 20 << 20
+ALLOC_MIN_LARGE = 10 << 20
+
+
+def caching_allocator_new_bytes(free_blocks: Sequence[float], requests: Sequence[float]) -> int:
+    """Bytes of new segments torch's caching allocator reserves for ``requests`` (held at once, in
+    order) when ``free_blocks`` are cached: each request takes the smallest free block that holds it
+    (the rest stays free), else a new segment (:data:`ALLOC_ROUND_LARGE` / :data:`ALLOC_LARGE_BUFFER`)."""
+    free = sorted(float(b) for b in free_blocks if b > 0)
+    new = 0
+    for r in requests:
+        if r <= 0:
+            continue
+        i = next((k for k, b in enumerate(free) if b >= r), None)
+        if i is not None:
+            rest = free.pop(i) - r
+            if rest > 0:
+                free.append(rest)
+                free.sort()
+            continue
+        seg = ALLOC_LARGE_BUFFER if r < ALLOC_MIN_LARGE else -(-int(r) // ALLOC_ROUND_LARGE) * ALLOC_ROUND_LARGE
+        new += seg
+        if seg > r:
+            free.append(seg - r)
+            free.sort()
+    return int(new)
 # FP8 linear layers quantize their input on the fly before the GEMM (``apply_fp8_linear`` in
 # vllm/model_executor/layers/quantization/utils/w8a8_utils.py of both v0 forks and of vLLM V1:
 # ``qinput, x_scale = ops.scaled_fp8_quant(input, ...)`` then ``cutlass_scaled_mm``). At the MLP's
@@ -323,7 +359,7 @@ V0_MAX_SEQ_LEN_TO_CAPTURE = 8192
 # FIDELITY.md's before -> after per mechanism is produced). Without a calibration block none is on:
 # the datasheet ``mfu``/``mbu`` path of earlier rounds.
 MECHANISMS = ("gemm_curve", "allreduce", "eager_host", "graph_seq_rule", "vision_flops", "vision_mask_memory",
-              "untuned_fused_moe", "mamba_scan_latency")
+              "untuned_fused_moe", "mamba_scan_latency", "reserved_peak")
 
 
 def _plain(obj) -> dict:
@@ -847,7 +883,23 @@ class CostModel:
         rows = min(seqs, tokens)
         if self.engine.engine_version == "v0":
             # After the forward, on rank 0, with the dummy top-k/top-p sort (module docstring).
-            return int(max(layer + vision, rows * p.vocab_size * SAMPLER_BYTES_PER_LOGIT))
+            live = max(layer + vision, rows * p.vocab_size * SAMPLER_BYTES_PER_LOGIT)
+            if not self.mechanisms["reserved_peak"]:
+                return int(live)
+            # Both v0 forks size the pool from ``init_gpu_memory - mem_get_info()[0]`` right after
+            # ``profile_run`` with no ``torch.cuda.empty_cache()`` in between (``vllm/worker/worker.py``
+            # ``Worker.determine_num_available_blocks``; the Jenga fork's ``get_available_memory``
+            # is the same), so what counts is what torch's caching allocator *reserved*: the
+            # forward's segments stay cached when its activations are freed, and a sampler tensor
+            # that no freed block holds gets a new segment (:func:`caching_allocator_new_bytes`).
+            blocks = [tokens * 2 * inter / self.tp * ACT_BYTES, tokens * inter / self.tp * ACT_BYTES] + \
+                [tokens * p.hidden_size * ACT_BYTES] * 4
+            if p.weight_dtype_bytes <= 1:
+                blocks.append(tokens * inter / self.tp * FP8_QUANT_INPUT_BYTES)
+            if vision:
+                blocks.append(vision)
+            sampler = [rows * p.vocab_size * b for b in SAMPLER_TENSOR_BYTES]
+            return int(max(live, layer + vision + caching_allocator_new_bytes(blocks, sampler)))
         return int(layer + vision + rows * p.vocab_size * 4 / self.tp)
 
     def kv_capacity_bytes(self) -> int:
