@@ -54,7 +54,8 @@ def block(gpu: str, result: dict) -> str:
              "  # untuned / tuned Triton fused-MoE decode ITL, vLLM PR #2979 (H100 TP 2, Mixtral)",
              f"  untuned_fused_moe_slowdown: {c['untuned_fused_moe_slowdown']:.4f}",
              "  mechanisms: {gemm_curve: true, allreduce: true, eager_host: true, graph_seq_rule: true,",
-             "               vision_flops: true, vision_mask_memory: true, untuned_fused_moe: true}",
+             "               vision_flops: true, vision_mask_memory: true, untuned_fused_moe: true,",
+             "               mamba_scan_latency: true, reserved_peak: true}",
              "# point      quantity            measured_s   fitted_s     residual  loo"]
     for p in result["points"]:
         loo = "n/a (only point of its constant)" if math.isnan(p["loo"]) else f"{p['loo']:+.3f}"

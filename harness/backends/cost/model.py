@@ -74,6 +74,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.backends.cost import mamba_kernels
 from harness.backends.settings import EngineSettings, GpuSettings
 from harness.models import ModelProfile
 from jenga.registry import uniform_block_table_systems
@@ -305,6 +306,42 @@ VISION_ACT_FACTOR = 3             # live bytes per image token in the encoder pa
 # through the sort indices (``torch.empty_like(logits_sort).scatter_``, 4). That fork has no
 # inverse permutation (older vLLM gathered through one, 8 more bytes).
 SAMPLER_BYTES_PER_LOGIT = 32
+# The same live set as tensors, in the order the profiling pass allocates them (bytes per logit).
+SAMPLER_TENSOR_BYTES = (2, 4, 4, 8, 1, 4, 4, 1, 4)
+assert sum(SAMPLER_TENSOR_BYTES) == SAMPLER_BYTES_PER_LOGIT
+# torch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, the artifact's torch 2.4/2.5):
+# a request above 10 MiB gets its own segment rounded up to 2 MiB (``get_allocation_size``:
+# kMinLargeAlloc, kRoundLarge); one of 1-10 MiB a 20 MiB segment (kLargeBuffer); a freed block goes
+# back to the pool and a later request takes the smallest free block that holds it, splitting the
+# rest (``get_free_block``, ``alloc_found_block``). Cached segments go back to the driver only
+# through ``empty_cache`` or after a failed cudaMalloc (``release_cached_blocks``).
+ALLOC_ROUND_LARGE = 2 << 20
+ALLOC_LARGE_BUFFER = 20 << 20
+ALLOC_MIN_LARGE = 10 << 20
+
+
+def caching_allocator_new_bytes(free_blocks: Sequence[float], requests: Sequence[float]) -> int:
+    """Bytes of new segments torch's caching allocator reserves for ``requests`` (held at once, in
+    order) when ``free_blocks`` are cached: each request takes the smallest free block that holds it
+    (the rest stays free), else a new segment (:data:`ALLOC_ROUND_LARGE` / :data:`ALLOC_LARGE_BUFFER`)."""
+    free = sorted(float(b) for b in free_blocks if b > 0)
+    new = 0
+    for r in requests:
+        if r <= 0:
+            continue
+        i = next((k for k, b in enumerate(free) if b >= r), None)
+        if i is not None:
+            rest = free.pop(i) - r
+            if rest > 0:
+                free.append(rest)
+                free.sort()
+            continue
+        seg = ALLOC_LARGE_BUFFER if r < ALLOC_MIN_LARGE else -(-int(r) // ALLOC_ROUND_LARGE) * ALLOC_ROUND_LARGE
+        new += seg
+        if seg > r:
+            free.append(seg - r)
+            free.sort()
+    return int(new)
 # FP8 linear layers quantize their input on the fly before the GEMM (``apply_fp8_linear`` in
 # vllm/model_executor/layers/quantization/utils/w8a8_utils.py of both v0 forks and of vLLM V1:
 # ``qinput, x_scale = ops.scaled_fp8_quant(input, ...)`` then ``cutlass_scaled_mm``). At the MLP's
@@ -322,7 +359,7 @@ V0_MAX_SEQ_LEN_TO_CAPTURE = 8192
 # FIDELITY.md's before -> after per mechanism is produced). Without a calibration block none is on:
 # the datasheet ``mfu``/``mbu`` path of earlier rounds.
 MECHANISMS = ("gemm_curve", "allreduce", "eager_host", "graph_seq_rule", "vision_flops", "vision_mask_memory",
-              "untuned_fused_moe")
+              "untuned_fused_moe", "mamba_scan_latency", "reserved_peak")
 
 
 def _plain(obj) -> dict:
@@ -493,6 +530,8 @@ class CostModel:
             di, ds, dc = mb["d_inner"], mb["d_state"], mb["d_conv"]
             # Per token and layer the scan reads x, dt, z (d_inner each) and B, C (d_state each) and
             # writes y (d_inner), bf16 activations; the causal conv reads d_conv inputs per channel.
+            self._mamba_shape = (di, ds, dc)
+            self._mamba_chunk = min((s.checkpoint_interval for s in profile.specs if s.kind == "mamba"), default=0)
             self._mamba_act_bytes = ((4 * di + 2 * ds) + dc * di) * ACT_BYTES
             self._mamba_flops = MAMBA_SCAN_FLOPS_PER_ELEMENT * di * ds + 2 * di * dc
             # Only the Jenga v0 fork's wrappers copy (MAMBA_LAYOUT_*).
@@ -503,6 +542,8 @@ class CostModel:
         else:
             self._mamba_act_bytes = self._mamba_flops = 0
             self._mamba_layout_bytes = (0, 0)
+            self._mamba_shape = None
+            self._mamba_chunk = 0
         self._moe = profile.num_experts > 0 and profile.experts_per_token > 0
         if self._moe:
             e, k = profile.num_experts, profile.experts_per_token
@@ -565,6 +606,10 @@ class CostModel:
         untuned = bool(vx.get("fused_moe_ffn")) and str(gpu.name) not in set(vx.get("fused_moe_tuned_gpus") or [])
         self._moe_slowdown = slow if untuned and self.gemm else 1.0
         self._dense_ffn_bytes = float(vx.get("dense_ffn_params", 0)) * p.weight_dtype_bytes
+        # The v0 forks' Mamba kernels timed from their launch structure (mamba_kernels.py): needs the
+        # GPU's SM resources (``mamba_kernels.SM_ARCH``) and the model's Mamba shapes.
+        self._scan_arch = mamba_kernels.SM_ARCH.get(str(gpu.name)) if (
+            on["mamba_scan_latency"] and version == "v0" and self._mamba_layers and self._mamba_shape) else None
 
     def _vision_extra_flops(self, img_tokens: int) -> float:
         """FLOPs the encoder's dense-mask attention and the cross layers' full ``qkv_proj`` add for
@@ -611,17 +656,51 @@ class CostModel:
         touched = expected_distinct_experts(p.num_experts, p.experts_per_token, num_tokens)
         return self._shared_bytes + touched * self._expert_bytes
 
-    def mamba_kernel_time(self, tokens: int, seqs: int) -> float:
+    def mamba_kernel_time(self, tokens: int, seqs: int, batch: Sequence[tuple] | None = None) -> float:
         """The Mamba mixers' own kernels, summed over Mamba layers (they run between the matmuls,
         so they add to the step): every sequence's conv + SSM state read and written once
         (``selective_state_update`` in decode; the chunked ``selective_scan_fwd`` in prefill
         loads the initial state and stores the final one), every token's scan activations and
-        recurrence FLOPs. Roofline of that kernel: max(bytes / bandwidth, FLOPs / compute)."""
+        recurrence FLOPs. Roofline of that kernel: max(bytes / bandwidth, FLOPs / compute).
+
+        With the ``mamba_scan_latency`` mechanism (v0, ``batch`` given) the step's
+        ``selective_scan_fwd`` and ``causal_conv1d_fwd`` launches are timed from their launch
+        structure (:meth:`mamba_latency_time`) and the larger of the two times counts."""
         if not self._mamba_layers:
             return 0.0
         nbytes = 2 * self._mamba_state_bytes * seqs + tokens * self._mamba_layers * self._mamba_act_bytes
         flops = tokens * self._mamba_layers * self._mamba_flops
-        return max(nbytes / self.bytes_per_s, flops / self.flops_per_s)
+        roof = max(nbytes / self.bytes_per_s, flops / self.flops_per_s)
+        if batch is None or self._scan_arch is None:
+            return roof
+        return max(roof, self.mamba_latency_time(batch))
+
+    def mamba_latency_time(self, batch: Sequence[tuple]) -> float:
+        """Latency-bound time of the v0 forks' Mamba kernels for one step, summed over Mamba layers
+        (``harness.backends.cost.mamba_kernels``): one block per (sequence, channel) on this GPU's
+        ``d_inner / TP`` channels.
+
+        - per-layer manager (``vllm-v0-jenga``: ``selective_scan_fn_with_cache``,
+          ``causal_conv1d_fn_with_cache``): one conv and one scan launch per chunk step of
+          ``--linear-chunk-size`` (the Mamba spec's ``checkpoint_interval``), decode tokens in step
+          0; a decode-only step runs the same two kernels with one token per sequence;
+        - uniform manager (``vllm-v0-baseline``, upstream Jamba): prefill runs each kernel once over
+          the step's prefills; decode runs ``selective_state_update`` / ``causal_conv1d_update``,
+          left on the roofline (zero here)."""
+        arch = self._scan_arch
+        if arch is None or not batch:
+            return 0.0
+        di, ds, dc = self._mamba_shape
+        dim = max(1, di // self.tp)
+        if self.block_manager == "per_layer":
+            launches = mamba_kernels.jenga_fork_launches(batch, self._mamba_chunk or 1 << 30)
+        else:
+            launches = [[int(e[0]) for e in batch if e[0] > 1]]
+        t = 0.0
+        for lens in launches:
+            t += mamba_kernels.selective_scan_fwd_seconds(lens, dim, ds, arch)
+            t += mamba_kernels.causal_conv1d_fwd_seconds(lens, dim, dc, arch)
+        return self._mamba_layers * t
 
     def mamba_layout_time(self, prefill_tokens: int, decode_tokens: int) -> float:
         """The per-layer (Jenga) v0 fork's Mamba wrappers' layout copies (:data:`MAMBA_LAYOUT_PREFILL`,
@@ -757,7 +836,7 @@ class CostModel:
             compute = flops / self.flops_per_s
             memory = (self.weight_bytes_read(tokens) + kv_bytes) / self.bytes_per_s
             gpu_time = max(compute, memory)
-        gpu_time += self.mamba_kernel_time(tokens, len(batch))
+        gpu_time += self.mamba_kernel_time(tokens, len(batch), batch)
         gpu_time += self.mamba_layout_time(prefill_tokens, tokens - prefill_tokens)
         if self.tp > 1:
             # Row-parallel o_proj / out_proj and down_proj (or the MoE combine) each end in an
@@ -804,7 +883,23 @@ class CostModel:
         rows = min(seqs, tokens)
         if self.engine.engine_version == "v0":
             # After the forward, on rank 0, with the dummy top-k/top-p sort (module docstring).
-            return int(max(layer + vision, rows * p.vocab_size * SAMPLER_BYTES_PER_LOGIT))
+            live = max(layer + vision, rows * p.vocab_size * SAMPLER_BYTES_PER_LOGIT)
+            if not self.mechanisms["reserved_peak"]:
+                return int(live)
+            # Both v0 forks size the pool from ``init_gpu_memory - mem_get_info()[0]`` right after
+            # ``profile_run`` with no ``torch.cuda.empty_cache()`` in between (``vllm/worker/worker.py``
+            # ``Worker.determine_num_available_blocks``; the Jenga fork's ``get_available_memory``
+            # is the same), so what counts is what torch's caching allocator *reserved*: the
+            # forward's segments stay cached when its activations are freed, and a sampler tensor
+            # that no freed block holds gets a new segment (:func:`caching_allocator_new_bytes`).
+            blocks = [tokens * 2 * inter / self.tp * ACT_BYTES, tokens * inter / self.tp * ACT_BYTES] + \
+                [tokens * p.hidden_size * ACT_BYTES] * 4
+            if p.weight_dtype_bytes <= 1:
+                blocks.append(tokens * inter / self.tp * FP8_QUANT_INPUT_BYTES)
+            if vision:
+                blocks.append(vision)
+            sampler = [rows * p.vocab_size * b for b in SAMPLER_TENSOR_BYTES]
+            return int(max(live, layer + vision + caching_allocator_new_bytes(blocks, sampler)))
         return int(layer + vision + rows * p.vocab_size * 4 / self.tp)
 
     def kv_capacity_bytes(self) -> int:
