@@ -211,6 +211,22 @@ class LargePageLRU:
         self._key[lp] = key
         self._push(key)
 
+    def set_many(self, items) -> None:
+        """:meth:`set` of every ``(lp, newest)`` in ``items``."""
+        keys, heap, j = self._key, self._heap, self._j
+        for lp, newest in items:
+            key = (*newest, lp)
+            old = keys.get(lp)
+            if old == key:
+                continue
+            if j is not None:
+                j.call(self._restore, lp, old)
+            keys[lp] = key
+            heappush(heap, key)
+        if len(heap) > 64 and len(heap) > 3 * len(keys):
+            heap[:] = [k for k in heap if keys.get(k[-1]) == k]
+            heapify(heap)
+
     def discard(self, lp: int) -> None:
         old = self._key.pop(lp, None)
         if old is not None and self._j is not None:

@@ -26,7 +26,7 @@ from itertools import repeat
 
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
-from jenga.policies import FullPolicy, Policy, policy_for
+from jenga.policies import FullPolicy, ImagePolicy, Policy, policy_for
 from jenga.pools import PagePool
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
@@ -616,7 +616,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                     hi = b * tpp
                     held += (min(T, hi) - a * tpp) * bpt
             elif kind == 1:
-                held += sum(pol.tokens_in(rs, a, b, T, tpp) for a, b in iv) * bpt
+                # Image pages hold whole images, whatever T is (ImagePolicy.tokens_in): computed
+                # once per held-interval list (a new list whenever the held pages change).
+                memo = rs.image_held.get(pol)
+                if memo is None or memo[0] is not iv:
+                    memo = (iv, sum(pol.tokens_in(rs, a, b, T, tpp) for a, b in iv) * bpt)
+                    if type(pol).tokens_in is ImagePolicy.tokens_in:
+                        rs.image_held[pol] = memo
+                held += memo[1]
             else:
                 held += state
         for x in rs.transients:

@@ -50,6 +50,7 @@ class ReqState:
         "contrib",
         "hasher",
         "held",
+        "image_held",
         "images",
         "num_image_tokens",
         "pages",
@@ -76,6 +77,8 @@ class ReqState:
         self.hasher = hasher
         self.contrib = (0, 0)  # (needed bytes, held data bytes)
         self._bases: dict[int, list] = {}
+        # Manager._account's memo of image pages' data: policy -> (held intervals, bytes).
+        self.image_held: dict[object, tuple] = {}
 
     def images_with_base(self, policy, tpp: int) -> list:
         out = self._bases.get(tpp)

@@ -132,7 +132,7 @@ def _check_exact(mgr: PagedManager) -> None:
 
 # Fields that are caches or wiring, not state: lazily extended hashes and image bases, the undo
 # log, eviction callbacks, the immutable policies/specs.
-_NOT_STATE = frozenset({"hasher", "_bases", "_j", "on_evict", "_on_evict", "policy", "acct", "specs", "types",
+_NOT_STATE = frozenset({"hasher", "_bases", "image_held", "_j", "on_evict", "_on_evict", "policy", "acct", "specs", "types",
                         "geometry", "_tinfo", "hashes", "_evictions", "_lookup_stamp",
                         # a cache of a value the pool can recompute (LcmPagePool.lp_newest)
                         "lp_newest"})

@@ -596,8 +596,18 @@ class LcmPagePool:
                 idle.append(lp)
         self.used[t] -= len(sids)
         self.cached[t] += len(sids)
+        # _maybe_evictable of each large page whose last used page left: its newest key is known
+        # (every cached page of it joined in this run or kept the key current).
+        ready, evl = [], 0
         for lp in idle:
-            self._maybe_evictable(lp, t)
+            newest = lp_newest[lp]
+            if newest is None:
+                self._maybe_evictable(lp, t)
+            else:
+                ready.append((lp, newest))
+                evl += lp_cached[lp]
+        self.large_lru.set_many(ready)
+        self.evl_cached[t] += evl
 
     def uncache_many(self, t: int, sids: list[int]) -> list[tuple[int, int]]:
         """:meth:`from_cached` of every page in ``sids`` (a hit pins them), with no undo log;
