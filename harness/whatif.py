@@ -2,7 +2,7 @@
 
     python -m harness.whatif model=<zoo name | path/to/config.json> [gpu=h100] [engine.max_model_len=32768]
         [workload=<dataset | sessions | agent> [workload.<field>=v ...] | trace=path.jsonl]
-        [num_requests=64] [seed=0] [tp=1]
+        [num_requests=64] [seed=0] [tp=1] [jobs=<parallel simulations, default: the usable cores>]
         [rules=vllm_hma,vllm_hma_off,jenga] [<rule>.<option>=value ...] [engine.<key>=value ...]
         [--json] [--no-sweep]
 
@@ -16,8 +16,9 @@ step-time model on the named GPU) and says so; capacities and block sizes are th
 arithmetic on the model's specs, exact for vLLM 0.32 (tests/test_whatif_vllm.py).
 
 Time on 2 cores: without a workload about 1-2 s; with a workload each rule is one simulation
-(seconds; SGLang's 1-token pages make its runs the slowest) and the sweep adds one per knob value,
-so tens of seconds to a minute -- ``--no-sweep`` for the fastest answer.
+(seconds; SGLang's 1-token pages make its runs the slowest) and the sweep adds one per distinct knob
+value; the simulations run in parallel worker processes (one per usable core, ``jobs=`` caps them;
+results do not depend on it), so about ten to twenty seconds -- ``--no-sweep`` for the fastest answer.
 
 ``--json`` prints a list of objects, one per rule, with at least ``rule``, ``block_size_tokens`` (per
 group), ``kv_capacity_tokens``, ``max_concurrency`` and ``prefix_hit_rate`` (null without a workload).
@@ -31,8 +32,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import multiprocessing as mp
+import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,7 +72,7 @@ ENGINE_OF = {"vllm_hma": "vLLM 0.32.0 (hybrid KV cache manager)",
              "trtllm_pools": "TensorRT-LLM main 2026-08 (C++ KV cache manager: one pool per window size, "
                              "calculateWindowSizeToShare split, tokens_per_block 32)",
              "jenga": "Jenga (SOSP'25 LCM allocator, this repository)"}
-TOP_KEYS = {"model", "gpu", "tp", "workload", "trace", "rules", "num_requests", "seed"}
+TOP_KEYS = {"model", "gpu", "tp", "workload", "trace", "rules", "num_requests", "seed", "jobs"}
 ENGINE_KEYS = {"enable_prefix_caching", "max_model_len", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
                "kv_cache_bytes", "tokens_per_page", "enable_chunked_prefill", "request_rate"}
 GENERATED_WORKLOADS = ("sessions", "agent")
@@ -88,6 +92,7 @@ class Args:
     num_requests: int = 64
     seed: int = 0
     tp: int = 1
+    jobs: int | None = None  # parallel simulations (default: the usable cores)
     engine: dict = field(default_factory=dict)
     workload_opts: dict = field(default_factory=dict)  # generated workloads' fields (workload.<field>=)
     options: dict = field(default_factory=dict)  # rule -> {option: value}
@@ -141,7 +146,7 @@ def parse_args(argv: list[str]) -> Args:
                                   f"(and any system of jenga.registry: {list(ALL_SYSTEM_NAMES)})")
             a.rules = names
         elif key in TOP_KEYS:
-            if key in ("num_requests", "seed", "tp"):
+            if key in ("num_requests", "seed", "tp", "jobs"):
                 lo = 0 if key == "seed" else 1
                 if not isinstance(val, int) or isinstance(val, bool) or val < lo:
                     raise WhatIfError(f"{key}={raw}: must be an integer >= {lo}")
@@ -384,25 +389,36 @@ def knob_variants(rule: str, prof, align: int) -> list[tuple[str, dict]]:
     return out
 
 
-def sweep(rule: str, a: Args, prof, kv: int, cfg, base: dict, requests) -> list[dict]:
+def sweep_variants(rule: str, a: Args, prof, kv: int, cfg) -> list[tuple[str, dict, dict | None, str | None]]:
+    """``(knob label, options, static answer, error)`` for every knob value of ``rule``'s sweep."""
     caching = bool(cfg.engine.enable_prefix_caching)
     try:
         mm = jenga.make_manager(rule, prof.specs, kv, enable_prefix_cache=caching,
                                 **rule_options(rule, a.options.get(rule, {}), _max_model_len(cfg, prof)))
     except ValueError:
         return []
-    rows = []
+    out = []
     for label, opt in knob_variants(rule, prof, mm.align):
         opts = {**a.options.get(rule, {}), **opt}
         try:
-            st = static_answer(rule, prof, kv, cfg, opts, caching)
+            out.append((label, opts, static_answer(rule, prof, kv, cfg, opts, caching), None))
         except ValueError as e:
-            rows.append({"knob": label, "error": str(e)})
+            out.append((label, opts, None, str(e)))
+    return out
+
+
+def sweep(rule: str, variants, base: dict, requests, sims: dict) -> list[dict]:
+    """The sweep's rows, the knobs that move the answer most first (``sims``: the simulations of
+    :func:`run_simulations`, by :func:`_job_key`)."""
+    rows = []
+    for label, opts, st, err in variants:
+        if err is not None:
+            rows.append({"knob": label, "error": err})
             continue
         row = {"knob": label, "kv_capacity_tokens": st["kv_capacity_tokens"],
                "block_size_tokens": sorted(set(st["block_size_tokens"].values()))}
         if requests:
-            sim = simulate(rule, a, prof, requests, opts)
+            sim = sims[_job_key(rule, opts)]
             row.update(prefix_hit_rate=sim["prefix_hit_rate"], throughput_req_s=sim["throughput_req_s"],
                        simulated=True)
         rows.append(row)
@@ -468,6 +484,53 @@ def print_text(model: str, gpu: str, answers: list[dict]) -> None:
             print(f"  knob {s['knob']}: {s['kv_capacity_tokens']:,} tokens, blocks {s['block_size_tokens']}{extra}")
 
 
+def _job_key(rule: str, opts: dict) -> tuple:
+    """One simulation's identity: the rule and its options (equal options give equal runs)."""
+    return rule, json.dumps(opts, sort_keys=True, default=str)
+
+
+_SIM_CONTEXT: tuple | None = None  # (args, profile, requests): inherited by forked workers
+
+
+def _simulate_job(job: tuple[str, dict]) -> dict:
+    rule, opts = job
+    a, prof, requests = _SIM_CONTEXT
+    return simulate(rule, a, prof, requests, opts)
+
+
+def _workers(a: Args, n_jobs: int) -> int:
+    if a.jobs is not None:
+        return max(1, min(a.jobs, n_jobs))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, n_jobs))
+
+
+def run_simulations(a: Args, prof, requests, jobs: list[tuple[str, dict]]) -> dict:
+    """Every distinct simulation of the answer (one per rule, one per sweep knob value), run in
+    parallel worker processes when cores allow (``jobs=`` caps them; the simulator is deterministic,
+    so the results do not depend on how many run at once). Returns them by :func:`_job_key`."""
+    global _SIM_CONTEXT
+    todo: dict[tuple, tuple[str, dict]] = {}
+    for rule, opts in jobs:
+        todo.setdefault(_job_key(rule, opts), (rule, opts))
+    keys = list(todo)
+    n = _workers(a, len(keys))
+    if n > 1:  # compose each rule's cell once here: forked workers inherit compose_cell's cache
+        for rule in {r for r, _ in todo.values()}:
+            compose(a, rule, dataset="synthetic")
+    _SIM_CONTEXT = (a, prof, requests)
+    try:
+        if n <= 1 or "fork" not in mp.get_all_start_methods():
+            return {k: _simulate_job(todo[k]) for k in keys}
+        with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork")) as ex:
+            return dict(zip(keys, ex.map(_simulate_job, [todo[k] for k in keys])))
+    finally:
+        _SIM_CONTEXT = None
+
+
 def run(argv: list[str]) -> list[dict]:
     a = parse_args(argv)
     prof = profile(a)
@@ -475,7 +538,7 @@ def run(argv: list[str]) -> list[dict]:
     kv = kv_bytes(cfg, prof)
     requests = build_requests(a, prof) if (a.workload or a.trace) else None
     caching = bool(cfg.engine.enable_prefix_caching)
-    answers = []
+    answers, plans, jobs = [], [], []
     for rule in a.rules:
         opts = a.options.get(rule, {})
         try:
@@ -486,11 +549,18 @@ def run(argv: list[str]) -> list[dict]:
                             "prefix_hit_rate": None})
             continue
         r["prefix_hit_rate"] = None
+        variants = sweep_variants(rule, a, prof, kv, cfg) if a.sweep else []
         if requests:
-            r.update(simulate(rule, a, prof, requests, opts))
-        if a.sweep:
-            r["sweep"] = sweep(rule, a, prof, kv, cfg, r, requests)
+            jobs.append((rule, opts))
+            jobs += [(rule, vo) for _, vo, st, err in variants if err is None]
         answers.append(r)
+        plans.append((r, rule, opts, variants))
+    sims = run_simulations(a, prof, requests, jobs) if requests else {}
+    for r, rule, opts, variants in plans:
+        if requests:
+            r.update(sims[_job_key(rule, opts)])
+        if a.sweep:
+            r["sweep"] = sweep(rule, variants, r, requests, sims)
     return answers
 
 

@@ -166,3 +166,18 @@ def test_module_entry_point_text():
                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
     assert res.returncode == 0, res.stderr
     assert "[vllm_hma] vLLM 0.32.0" in res.stdout and "SIMULATED" in res.stdout
+
+
+def test_parallel_simulations_give_the_serial_answer():
+    """The simulations of one answer (a rule each, a knob value each) run in worker processes; the
+    simulator is deterministic, so jobs=2 gives jobs=1's answer (sim_wall_s aside)."""
+    argv = ["model=gemma3_4b", "gpu=h100", "workload=sessions", "num_requests=6", "engine.max_model_len=16384",
+            "rules=vllm_hma,sglang_pools,jenga"]
+
+    def strip(o):
+        if isinstance(o, dict):
+            return {k: strip(v) for k, v in o.items() if k != "sim_wall_s"}
+        return [strip(x) for x in o] if isinstance(o, list) else o
+    serial, parallel = strip(_json([*argv, "jobs=1"])), strip(_json([*argv, "jobs=2"]))
+    assert serial == parallel
+    assert serial[0]["prefix_hit_rate"] is not None and serial[0]["sweep"]

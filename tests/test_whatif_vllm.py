@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.vllm,
                                  "venv; run `make setup-vllm && make test-vllm`")]
 
 HYBRIDS = ["gemma3_4b", "gemma3_12b", "gemma3_27b", "gemma4_31b", "gpt_oss_20b", "gpt_oss_120b",
-           "qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2", "jamba_1_5_mini"]
+           "qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2", "nemotron_h_8b", "jamba_1_5_mini"]
 GiB = 1 << 30
 
 
@@ -23,7 +23,8 @@ def _profile(name):
     return load_profile(compose_cell([f"model={name}"]).model)
 
 
-@pytest.mark.parametrize("name", ["qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2"])
+@pytest.mark.parametrize("name", ["qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2",
+                                  "nemotron_h_8b"])
 def test_state_bytes_match_vllms_shape_calculator(name):
     import math
 

@@ -221,8 +221,33 @@ class UnifiedArenaPool:
         return sid
 
     def alloc_many(self, t: int, owner: object, n: int, tight: bool = False) -> list[int]:
-        out = []
-        for _ in range(n):
+        """``n`` pages of type ``t``, as ``n`` calls of :meth:`alloc` would give them (same ids, same
+        order, same journal entries): the pages the gap holds without evicting are taken in one pass,
+        the rest one at a time (each may evict)."""
+        need = self.page_bytes[t]
+        k = min(n, self.gap_bytes // need) if need > 0 else 0
+        out: list[int] = []
+        if k > 0:
+            fs, live, j = self.free_sids[t], self.live[t], self._j
+            r = min(k, len(fs))
+            if r:
+                out = fs[len(fs) - r:][::-1]  # fs.pop() r times
+                del fs[len(fs) - r:]
+            if k > r:
+                start = self.next_sid[t]
+                out += range(start, start + k - r)
+                self.next_sid[t] = start + k - r
+            live.update(out)
+            if j is not None:
+                for i, sid in enumerate(out):
+                    if i < r:
+                        j.call(_append, fs, sid)
+                    j.call(_discard, live, sid)
+            self.used[t] += k
+            self.band_bytes[self.band[t]] += need * k
+            self.path_counts["new_page"] += k
+            self._layout = None
+        for _ in range(n - k):
             sid = self.alloc(t, owner, tight)
             if sid is None:
                 break

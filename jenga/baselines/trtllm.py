@@ -30,12 +30,24 @@ window ("SWA allocates blocks linearly"), detaching them as the window moves; he
 holds its window plus the tokens of the step being computed (chunked prefill), so long prompts in one
 chunk under-count TRT-LLM's sliding-pool demand.
 
-Not modelled -- refused with one error naming the source: Mamba / linear-attention layers. TRT-LLM
-manages their states as a ``kRecurrentStates`` "window" with snapshots every
-``mamba_state_config.periodic_snapshot_interval`` tokens (``LinearAttentionMetadata``,
-``tensorrt_llm/_torch/pyexecutor/resource_manager.py``, ``MambaHybridCacheManager``); its memory split
-(``calculate_max_num_blocks_for_vswa`` with linear attention, placeholder blocks) is not reproduced
-here yet. Llama-4's chunked attention and vision-embedding caches are refused likewise (TRT-LLM has no
+Not modelled -- refused with one error naming the source: Mamba / linear-attention layers. What the
+source shows (read 2026-08): ``BlockManager::BlockManager`` (kvCacheManager.cpp) gives the recurrent
+states their own ``WindowBlockManager`` under the sentinel window ``LinearAttentionMetadata::
+kRecurrentStates`` (-1), beside a required full-attention window; one block of its pool holds every
+recurrent layer's state (``pool.blockSize = allRecurrentStatesBytes``, kvFactor 1); its
+``numPlaceholderBlocks`` defaults to the full-attention window's primary block count, so positions
+between snapshots cost no memory (``KVCacheBlock::createPlaceholder``, ``MaybePlaceholderLRUEvictionPolicy``);
+``statesSnapshotInterval`` must be a multiple of ``tokens_per_block``; real state blocks sit at every
+``statesSnapshotInterval`` tokens, at the end of the prompt and, with ``saveLastSnapshot``, at the
+end (``RnnCacheTransBufferManager``'s ``maxRealBlocksPerSeq``); partial reuse is refused with linear
+attention; periodic snapshots default to off, so block reuse never engages without
+``mamba_state_config.periodic_snapshot_interval``. What is missing to model it faithfully: the
+number of primary blocks the ``kRecurrentStates`` window is given (``blocksPerWindow[-1]``) -- the
+memory split between it and the attention windows, computed on the Python side
+(``tensorrt_llm/_torch/pyexecutor/kv_cache`` ``mamba_cache_manager`` / ``calculate_max_num_blocks``
+with linear attention, which changes often: ``mamba_cache_manager_v2.py``, ``legacy.py``) and not
+read here -- and whether a hit must end on a real (non-placeholder) block of every window (the
+lookup in ``WindowBlockManager::loadOrAllocateBlocks`` with placeholders). Llama-4's chunked attention and vision-embedding caches are refused likewise (TRT-LLM has no
 such window kind in this manager).
 """
 
