@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from harness.backends.cost.model import CostModel, block_manager_of
+from harness.backends.cost.model import CostModel, block_manager_of, expected_distinct_experts
 from harness.backends.settings import EngineSettings, GpuSettings
 from harness.config import compose_cell
 from harness.models import load_profile
@@ -192,7 +192,6 @@ def fused_moe_shape(r: dict) -> tuple[float, float]:
     ``M · top_k`` token-expert rows through ``w1`` (hidden → 2 · intermediate / TP) and ``w2``
     (intermediate / TP → hidden); the weights of the experts some token routed to (uniform routing,
     :func:`harness.backends.cost.model.expected_distinct_experts`)."""
-    from harness.backends.cost.model import expected_distinct_experts
     m, tp = int(r["tokens"]), int(r["tp"])
     h, ff, e, k = int(r["hidden"]), int(r["intermediate"]), int(r["experts"]), int(r["top_k"])
     per_expert = 3.0 * h * ff / tp
