@@ -43,7 +43,7 @@ AR_TARGETS = [2048, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 COLUMNS = ["point_id", "source_repo", "source_rev", "source_file", "source_line", "engine", "gpu", "model",
            "quantity", "tokens", "tp", "hidden", "head_dim", "q_heads", "kv_heads", "intermediate",
-           "message_bytes", "batch", "context", "value_s", "informs", "note"]
+           "message_bytes", "batch", "context", "value_s", "informs", "note", "experts", "top_k"]
 
 
 def _row(**fields) -> dict:
@@ -145,13 +145,53 @@ def published_rows() -> list[dict]:
     return rows
 
 
+# vLLM PR #24700 ("[Perf] Improve default fused moe configs by analyzing tuned configs",
+# vllm-project/vllm, mgoin, 2025-09-11), its description, "Benchmarks on H100", "Mixtral BF16",
+# block "# Tuned Config": ``python benchmarks/kernels/benchmark_moe.py
+# --model=mistralai/Mixtral-8x7B-Instruct-v0.1 -tp=2`` on H100 with the shipped tuned config
+# ``E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json``: one ``fused_moe`` call (routing, align,
+# both grouped GEMMs, activation, sum) per batch size M. E = 8, top-2, hidden 4096, intermediate
+# 14336 split over TP 2 (N = 7168 per GPU). The lines shown in the description (M = 1 ... 1536).
+PR24700 = [(1, 144.03), (2, 229.28), (4, 351.10), (8, 434.98), (16, 471.49), (24, 478.27), (32, 487.35),
+           (48, 487.85), (64, 483.14), (96, 494.42), (128, 491.39), (256, 536.77), (512, 662.33),
+           (1024, 833.72), (1536, 1122.93)]
+# vLLM PR #16488 ("[Kernel] Add tuned FusedMoE kernel config for Llama4 Scout, TP=8 on H100",
+# 2025-04-11), its description: Llama-4-Scout-17B-16E-Instruct, VLLM_USE_V1=1, TP 8 on H100,
+# benchmark_serving random 5000 in / 1000 out, tuned config vs none (the default config): "up to
+# 17.6% improvement in TTFT, 7.7% improvement in TPOT". Recorded as tuned / untuned ratios
+# (dimensionless, in ``value_s``): 1 - 0.077 and 1 - 0.176.
+PR16488 = [("tpot_tuned_over_untuned_fused_moe", 1 - 0.077, "7.7% improvement in TPOT"),
+           ("ttft_tuned_over_untuned_fused_moe", 1 - 0.176, "17.6% improvement in TTFT")]
+
+
+def moe_rows() -> list[dict]:
+    rows = []
+    for m, us in PR24700:
+        rows.append(_row(
+            source_repo="vllm-project/vllm", source_rev="PR #24700", source_file="pull request description",
+            source_line=f"Mixtral BF16, # Tuned Config, Batch size: {m}", engine="op", gpu="h100",
+            model="mistralai/Mixtral-8x7B-Instruct-v0.1 (TP 2)", quantity="fused_moe_time", tokens=m, tp=2,
+            hidden=4096, intermediate=14336, experts=8, top_k=2, value_s=us * 1e-6,
+            informs="fused_moe_mfu,fused_moe_mbu,fused_moe_blend,fused_moe_floor_s",
+            note="benchmark_moe.py kernel time of one fused_moe call, tuned config E=8,N=7168 H100"))
+    for q, ratio, what in PR16488:
+        rows.append(_row(
+            source_repo="vllm-project/vllm", source_rev="PR #16488", source_file="pull request description",
+            source_line=what, engine="v1", gpu="h100", model="meta-llama/Llama-4-Scout-17B-16E-Instruct (TP 8)",
+            quantity=q, tp=8, value_s=ratio, experts=16, top_k=1,
+            informs="untuned_fused_moe_v1",
+            note="dimensionless ratio tuned/untuned (value_s holds the ratio); serving benchmark, "
+                 "5000 in / 1000 out, VLLM_USE_V1=1; 'up to' over the concurrencies tried"))
+    return rows
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vidur", required=True)
     ap.add_argument("--artifact", required=True)
     args = ap.parse_args(argv)
     rows = (vidur_gemm_rows(args.vidur) + vidur_allreduce_rows(args.vidur) + artifact_rows(args.artifact)
-            + published_rows())
+            + published_rows() + moe_rows())
     with OUT.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS)
         w.writeheader()

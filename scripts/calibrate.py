@@ -53,9 +53,18 @@ def block(gpu: str, result: dict) -> str:
              f"    v0: {c['eager_layer_s']['v0']:.4e}",
              "  # untuned / tuned Triton fused-MoE decode ITL, vLLM PR #2979 (H100 TP 2, Mixtral)",
              f"  untuned_fused_moe_slowdown: {c['untuned_fused_moe_slowdown']:.4f}",
+             "  fused_moe:   # vLLM PR #24700: benchmark_moe.py, Mixtral bf16 TP 2, H100, tuned config",
+             f"    mfu: {c['fused_moe']['mfu']:.4f}",
+             f"    mbu: {c['fused_moe']['mbu']:.4f}",
+             f"    blend: {c['fused_moe']['blend']:.4f}",
+             f"    floor_s: {c['fused_moe']['floor_s']:.4e}   # per fused_moe call (routing, align, 2 GEMMs, act, sum)",
+             "  # v1 fork's default fused-MoE config vs tuned: 1 / (tuned/untuned) of vLLM PR #16488's TPOT, TTFT",
+             "  untuned_fused_moe_v1:",
+             f"    memory: {c['untuned_fused_moe_v1']['memory']:.4f}",
+             f"    compute: {c['untuned_fused_moe_v1']['compute']:.4f}",
              "  mechanisms: {gemm_curve: true, allreduce: true, eager_host: true, graph_seq_rule: true,",
              "               vision_flops: true, vision_mask_memory: true, untuned_fused_moe: true,",
-             "               mamba_scan_latency: true, reserved_peak: true}",
+             "               mamba_scan_latency: true, reserved_peak: true, fused_moe_curve: true}",
              "# point      quantity            measured_s   fitted_s     residual  loo"]
     for p in result["points"]:
         loo = "n/a (only point of its constant)" if math.isnan(p["loo"]) else f"{p['loo']:+.3f}"
@@ -99,7 +108,11 @@ def main(argv=None) -> int:
         print(f"allreduce: latency {c['allreduce']['latency_s'] * 1e6:.1f} us  ring bandwidth "
               f"{c['allreduce']['bytes_per_s'] / 1e9:.0f} GB/s")
         print(f"eager_layer_s v0: {c['eager_layer_s']['v0'] * 1e3:.3f} ms")
-        print(f"untuned fused-MoE slowdown: {c['untuned_fused_moe_slowdown']:.3f}")
+        print(f"untuned fused-MoE slowdown: v0 {c['untuned_fused_moe_slowdown']:.3f}; v1 memory "
+              f"{c['untuned_fused_moe_v1']['memory']:.3f}, compute {c['untuned_fused_moe_v1']['compute']:.3f}")
+        f = c["fused_moe"]
+        print(f"fused-MoE curve: mfu {f['mfu']:.4f}  mbu {f['mbu']:.4f}  blend {f['blend']:.4f}  "
+              f"floor {f['floor_s'] * 1e6:.1f} us per call")
         by_q: dict[str, list[float]] = {}
         for p in result["points"]:
             if not math.isnan(p["loo"]):

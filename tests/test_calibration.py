@@ -133,6 +133,34 @@ def test_h100_yaml_constants_are_the_fit_of_the_committed_points():
     assert y["allreduce"]["latency_s"] == pytest.approx(ar["latency_s"], rel=1e-3)
     assert y["allreduce"]["bytes_per_s"] == pytest.approx(ar["bytes_per_s"], rel=1e-3)
     assert y["untuned_fused_moe_slowdown"] == pytest.approx(cal.fit_moe_slowdown(cal.moe_pairs(points)), rel=1e-3)
+    moe = cal.fit_fused_moe([r for r in points if r["quantity"] == "fused_moe_time"])
+    for k in ("mfu", "mbu", "blend", "floor_s"):
+        assert y["fused_moe"][k] == pytest.approx(moe[k], rel=1e-3), k
+    v1 = cal.fit_untuned_v1(points)
+    assert y["untuned_fused_moe_v1"]["memory"] == pytest.approx(v1["memory"], rel=1e-3)
+    assert y["untuned_fused_moe_v1"]["compute"] == pytest.approx(v1["compute"], rel=1e-3)
+
+
+def test_fused_moe_shape_exact_and_fit_within_15_percent_leave_one_out():
+    """One fused_moe call of Mixtral TP 2 (vLLM PR #24700's shape): FLOPs of M*top_k rows through
+    w1 (4096 x 2*7168) and w2 (7168 x 4096); one token touches top_k = 2 experts' weights, many
+    tokens all 8. The fitted curve predicts every held-out point within 15 %."""
+    row = {"tokens": 1, "tp": 2, "hidden": 4096, "intermediate": 14336, "experts": 8, "top_k": 2, "gpu": "h100"}
+    flops, wbytes = cal.fused_moe_shape(row)
+    assert flops == pytest.approx(2 * 1 * 2 * 3 * 4096 * 7168)
+    assert wbytes == pytest.approx(2 * 3 * 4096 * 7168 * 2)
+    assert cal.fused_moe_shape({**row, "tokens": 4096})[1] == pytest.approx(8 * 3 * 4096 * 7168 * 2, rel=1e-6)
+    rows = [r for r in cal.load_points() if r["quantity"] == "fused_moe_time"]
+    assert len(rows) == 15
+    for i, r in enumerate(rows):
+        loo = cal.predict_fused_moe(cal.fit_fused_moe(rows[:i] + rows[i + 1:]), [r])[0]
+        assert abs(loo / r["value_s"] - 1) < 0.15, r["point_id"]
+
+
+def test_untuned_v1_ratios_are_pr16488():
+    v1 = cal.fit_untuned_v1(cal.load_points())
+    assert v1["memory"] == pytest.approx(1 / (1 - 0.077))
+    assert v1["compute"] == pytest.approx(1 / (1 - 0.176))
 
 
 @pytest.mark.slow
@@ -244,6 +272,29 @@ def test_jamba_untuned_fused_moe_only_where_no_tuned_config():
     assert _real("ministral_8b", engine_version="v0")._moe_slowdown == 1.0
 
 
+def test_fused_moe_curve_reaches_only_fusedmoe_ffns():
+    """Llama-4 (v1, H100): routed experts on the fused-MoE curve with PR #16488's v1 slowdowns (no
+    E=16,N=1024 H100 config in the v1 fork); off by its switch; Jamba (v0) keeps PR #2979's; a dense
+    model has no fused part (negative control)."""
+    import yaml
+    y = yaml.safe_load((REPO / "harness/conf/gpu/h100.yaml").read_text())["calibration"]
+    l4 = _real("llama4_scout", engine_version="v1", max_model_len=131072)
+    assert l4.moe_gemm is not None and l4._fused_calls == 48
+    assert l4._moe_slowdown == y["untuned_fused_moe_v1"]["memory"] > 1
+    assert l4._moe_compute_slowdown == y["untuned_fused_moe_v1"]["compute"] > 1
+    # Routed params one token multiplies: top-1 expert of 48 layers (3 x 5120 x 8192 each).
+    assert l4._fused_params == pytest.approx(48 * 3 * 5120 * 8192, rel=0.01)
+    off = _real("llama4_scout", mech={"fused_moe_curve": False, "untuned_fused_moe": False},
+                engine_version="v1", max_model_len=131072)
+    assert off.moe_gemm is None and off._moe_slowdown == 1.0
+    for batch in ([(1, 5000, 0)] * 32, [(8192, 0, 0)]):
+        assert l4.step_time(batch) > off.step_time(batch)
+    jamba = _real("jamba_1_5_mini", engine_version="v0", enforce_eager=True, max_model_len=8192)
+    assert jamba.moe_gemm is not None and jamba._moe_compute_slowdown == 1.0
+    assert jamba._moe_slowdown == y["untuned_fused_moe_slowdown"]
+    assert _real("ministral_8b", engine_version="v0").moe_gemm is None
+
+
 # ------------------------------------------------------------------------------ §4: the GPU script
 def test_gpu_points_dry_run_writes_fittable_rows(tmp_path):
     out = tmp_path / "gpu_points_l4.csv"
@@ -264,7 +315,7 @@ def test_gpu_calibrate_sh_dry_run():
     r = subprocess.run(["bash", "scripts/gpu_calibrate.sh", "--dry-run"], cwd=REPO, capture_output=True,
                        text=True, check=False)
     assert r.returncode == 0, r.stderr
-    assert "dry run ok" in r.stdout and "== l4 (inherited from H100: allreduce_time)" in r.stdout
+    assert "dry run ok" in r.stdout and "== l4 (inherited from H100: allreduce_time, fused_moe_time)" in r.stdout
 
 
 def test_fit_peaks_match_the_gpu_yamls():

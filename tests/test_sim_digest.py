@@ -31,14 +31,14 @@ REPO = Path(__file__).resolve().parents[1]
 # (model, system, seed, requests) -> digest at 00bb201
 FAST = {
     ("character_70b_fp8", "jenga", 1, 20): "6475d37bfd5ba1c0",
-    ("jamba_1_5_mini", "jenga", 0, 100): "814badd6095d0551",   # Mamba kernels from their launch structure (issue 21 §3)
+    ("jamba_1_5_mini", "jenga", 0, 100): "573756374d4d6dd0",   # + fused-MoE FFN curve (issue 21, PR #24700)
     ("ministral_8b", "jenga", 0, 12): "d75a606d202d3974",
     ("ministral_8b", "vllm", 2, 10): "48ad43e93e04c84b",
 }
 SLOW = {
-    ("llama4_scout", "jenga", 0, 24): "363bcd14cdb4675e",
-    ("llama4_scout", "max_page", 0, 24): "215e94e7af1c6328",
-    ("llama4_scout", "jenga", 0, 10): "f89a56db3a76dffa",
+    ("llama4_scout", "jenga", 0, 24): "e4e6db74204859a9",     # fused-MoE curve + v1 untuned config (issue 21)
+    ("llama4_scout", "max_page", 0, 24): "0edc5ede609b0555",
+    ("llama4_scout", "jenga", 0, 10): "38b85b89cd2bc1b8",
     ("gemma3_12b", "jenga", 1, 16): "6c510e2a40fca381",
     ("gemma3_12b", "jenga", 1, 8): "413474753e98717e",
     ("gemma3_12b", "max_page", 0, 16): "55bfea120d99edd4",

@@ -19,6 +19,12 @@ Constants, per GPU and engine version, never per model:
 
 - ``untuned_fused_moe_slowdown``: untuned / tuned decode ITL of the Triton fused-MoE kernel
   (vLLM PR #2979, H100), applied to Jamba's FFN weight streaming where the fork has no tuned config.
+- ``fused_moe``: ``mfu``, ``mbu``, ``blend``, ``floor_s`` (per ``fused_moe`` call) of the same power
+  mean as ``gemm``, fitted on one published ``benchmark_moe.py`` series (vLLM PR #24700: Mixtral
+  bf16 TP 2 on H100, tuned config, M = 1-1536 tokens): the Triton grouped GEMM of every FFN that
+  runs through ``FusedMoE`` (Jamba's, Llama-4's routed experts) instead of the dense cuBLAS curve.
+- ``untuned_fused_moe_v1``: ``memory`` and ``compute`` slowdowns of the v1 fork's default fused-MoE
+  config, 1 / (tuned / untuned) of vLLM PR #16488's TPOT and TTFT (Llama-4-Scout, TP 8, H100, V1).
 
 L4 and H200 have no published points here: their dimensionless efficiencies are H100's (datasheet
 ratio: the time scales with the datasheet peaks), the eager host cost is H100's (host CPU work),
@@ -35,7 +41,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from harness.backends.cost.model import CostModel, block_manager_of
+from harness.backends.cost.model import CostModel, block_manager_of, expected_distinct_experts
 from harness.backends.settings import EngineSettings, GpuSettings
 from harness.config import compose_cell
 from harness.models import load_profile
@@ -180,6 +186,54 @@ def fit_moe_slowdown(pairs) -> float:
     return float(np.exp(np.mean([np.log(u["value_s"] / t["value_s"]) for t, u in pairs])))
 
 
+# ------------------------------------------------------------------------------- fused MoE curve
+def fused_moe_shape(r: dict) -> tuple[float, float]:
+    """(FLOPs, weight bytes touched) of one ``fused_moe`` call on one GPU of the TP group, bf16:
+    ``M · top_k`` token-expert rows through ``w1`` (hidden → 2 · intermediate / TP) and ``w2``
+    (intermediate / TP → hidden); the weights of the experts some token routed to (uniform routing,
+    :func:`harness.backends.cost.model.expected_distinct_experts`)."""
+    m, tp = int(r["tokens"]), int(r["tp"])
+    h, ff, e, k = int(r["hidden"]), int(r["intermediate"]), int(r["experts"]), int(r["top_k"])
+    per_expert = 3.0 * h * ff / tp
+    return 2.0 * m * k * per_expert, 2.0 * per_expert * expected_distinct_experts(e, k, m)
+
+
+def _moe_predict(params, rows) -> np.ndarray:
+    mfu, mbu, blend, floor = params
+    out = []
+    for r in rows:
+        peak, hbm = PEAKS[r["gpu"]]
+        flops, wbytes = fused_moe_shape(r)
+        c, m = flops / (peak * mfu), wbytes / (hbm * mbu)
+        out.append((c ** blend + m ** blend) ** (1.0 / blend) + floor)
+    return np.array(out)
+
+
+def fit_fused_moe(rows: list[dict]) -> dict:
+    y = np.log([r["value_s"] for r in rows])
+
+    def resid(x):
+        return np.log(_moe_predict((*x[:3], x[3] * 1e-6), rows)) - y
+    sol = least_squares(resid, x0=[0.5, 0.8, 2.0, 20.0], bounds=([0.05, 0.05, 0.3, 0.0], [1.0, 1.0, 20.0, 200.0]))
+    mfu, mbu, blend, floor_us = (float(v) for v in sol.x)
+    return {"mfu": mfu, "mbu": mbu, "blend": blend, "floor_s": floor_us * 1e-6}
+
+
+def predict_fused_moe(const: dict, rows: list[dict]) -> np.ndarray:
+    return _moe_predict((const["mfu"], const["mbu"], const["blend"], const["floor_s"]), rows)
+
+
+def fit_untuned_v1(points: list[dict]) -> dict:
+    """The v1 fork's default fused-MoE config vs a tuned one (vLLM PR #16488, Llama-4-Scout TP 8 on
+    H100): decode (TPOT) ratio → the weight-streaming slowdown, prefill (TTFT) ratio → the compute
+    slowdown. Whole serving metrics, so each is a lower bound of the kernel's own slowdown."""
+    by_q = {r["quantity"]: r["value_s"] for r in points}
+    out = {}
+    for key, q in (("memory", "tpot_tuned_over_untuned_fused_moe"), ("compute", "ttft_tuned_over_untuned_fused_moe")):
+        out[key] = 1.0 / by_q[q] if q in by_q else 1.0
+    return out
+
+
 # ------------------------------------------------------------------------------------- driver
 def calibrate(points: list[dict], gpu: str = "h100") -> dict:
     """Every constant of ``gpu`` and, per point, its fitted prediction, relative residual and
@@ -207,12 +261,16 @@ def calibrate(points: list[dict], gpu: str = "h100") -> dict:
     eager = fit_eager(step_rows, h100_base)
     pairs = moe_pairs(points)
     slowdown = fit_moe_slowdown(pairs)
-    const = {**base, "eager_layer_s": {"v0": eager}, "untuned_fused_moe_slowdown": slowdown}
+    moe_rows = rows_of("fused_moe_time")
+    fused = fit_fused_moe(moe_rows)
+    const = {**base, "eager_layer_s": {"v0": eager}, "untuned_fused_moe_slowdown": slowdown,
+             "fused_moe": fused, "untuned_fused_moe_v1": fit_untuned_v1([r for r in points if r["gpu"] == "h100"])}
     table = []
     if gpu != "h100" and set(inherited) >= {"linear_layer_time", "allreduce_time"}:
         return {"constants": const, "points": table, "inherited": inherited}
     for rows, fit, pred, full in ((gemm_rows, fit_gemm, predict_gemm, gemm),
-                                  (ar_rows, fit_allreduce, predict_allreduce, ar)):
+                                  (ar_rows, fit_allreduce, predict_allreduce, ar),
+                                  (moe_rows, fit_fused_moe, predict_fused_moe, fused)):
         fitted = pred(full, rows)
         for i, r in enumerate(rows):
             rest = rows[:i] + rows[i + 1:]

@@ -359,7 +359,7 @@ V0_MAX_SEQ_LEN_TO_CAPTURE = 8192
 # FIDELITY.md's before -> after per mechanism is produced). Without a calibration block none is on:
 # the datasheet ``mfu``/``mbu`` path of earlier rounds.
 MECHANISMS = ("gemm_curve", "allreduce", "eager_host", "graph_seq_rule", "vision_flops", "vision_mask_memory",
-              "untuned_fused_moe", "mamba_scan_latency", "reserved_peak")
+              "untuned_fused_moe", "mamba_scan_latency", "reserved_peak", "fused_moe_curve")
 
 
 def _plain(obj) -> dict:
@@ -602,10 +602,37 @@ class CostModel:
         # this GPU (model yaml ``extra.fused_moe_*``): the FFN weights stream ``slowdown`` x slower
         # in the memory-bound regime (the fitted slowdown: calibration/points.csv, vLLM PR #2979's
         # H100 decode ITL untuned vs tuned). Compute-bound prefill keeps the GEMM curve.
-        slow = float(cal.get("untuned_fused_moe_slowdown", 1.0)) if on["untuned_fused_moe"] else 1.0
-        untuned = bool(vx.get("fused_moe_ffn")) and str(gpu.name) not in set(vx.get("fused_moe_tuned_gpus") or [])
+        # v0: PR #2979's decode ITL ratio (memory side only). v1 (the ``vllm-v1`` fork, upstream
+        # base 2025-04-07, before vLLM PR #16488 added ``E=16,N=1024,device_name=NVIDIA_H100_80GB_
+        # HBM3.json``; its ``fused_moe/configs/`` has E=16,N=1024 for MI300X only, so Llama-4-Scout at
+        # TP 8 on H100 runs ``get_default_config``): PR #16488's TPOT and TTFT ratios
+        # (``untuned_fused_moe_v1``: memory and compute sides).
+        if version == "v1":
+            v1 = cal.get("untuned_fused_moe_v1") or {}
+            slow, cslow = float(v1.get("memory", 1.0)), float(v1.get("compute", 1.0))
+        else:
+            slow, cslow = float(cal.get("untuned_fused_moe_slowdown", 1.0)), 1.0
+        if not on["untuned_fused_moe"]:
+            slow = cslow = 1.0
+        fused_ffn = bool(vx.get("fused_moe_ffn"))
+        untuned = fused_ffn and str(gpu.name) not in set(vx.get("fused_moe_tuned_gpus") or [])
         self._moe_slowdown = slow if untuned and self.gemm else 1.0
+        self._moe_compute_slowdown = cslow if untuned and self.gemm else 1.0
         self._dense_ffn_bytes = float(vx.get("dense_ffn_params", 0)) * p.weight_dtype_bytes
+        # FFNs that run through vLLM's Triton ``FusedMoE`` (``fused_experts`` → ``fused_moe_kernel``,
+        # ``vllm/model_executor/layers/fused_moe/fused_moe.py`` in every fork) are priced on the
+        # fitted fused-MoE curve (``calibration.fused_moe``: vLLM PR #24700's H100
+        # ``benchmark_moe.py`` times), not on the dense cuBLAS curve: Jamba's dense FFNs
+        # (``JambaMLP(JambaMoE)``, one expert) and sparse ones; Llama-4's routed experts
+        # (``Llama4MoE.experts = FusedMoE(...)``; its ``shared_expert`` is a dense ``LlamaMLP``).
+        # Per token: the FFN parameters one token multiplies; one ``fused_moe`` call per FFN layer.
+        moe_curve = cal.get("fused_moe") if on["fused_moe_curve"] else None
+        self.moe_gemm = dict(moe_curve) if (moe_curve and fused_ffn and self.gemm) else None
+        if self.moe_gemm:
+            k = max(1, p.experts_per_token) if self._moe else 0
+            expert_params = self._expert_bytes / p.weight_dtype_bytes if self._moe else 0.0
+            self._fused_params = float(vx.get("dense_ffn_params", 0)) + k * expert_params
+            self._fused_calls = p.num_layers
         # The v0 forks' Mamba kernels timed from their launch structure (mamba_kernels.py): needs the
         # GPU's SM resources (``mamba_kernels.SM_ARCH``) and the model's Mamba shapes.
         self._scan_arch = mamba_kernels.SM_ARCH.get(str(gpu.name)) if (
@@ -824,11 +851,22 @@ class CostModel:
             # Calibrated: linear layers on the measured GEMM curve, then attention (roofline of its
             # FLOPs and KV bytes) and the vision encoder, in sequence as the kernels run.
             wbytes = self.weight_bytes_read(tokens)
-            if self._moe_slowdown != 1.0:
-                ffn = self._dense_ffn_bytes + (wbytes - self._shared_bytes if self._moe else 0.0)
-                wbytes += (self._moe_slowdown - 1.0) * ffn
-            linear = gemm_time(2.0 * self.matmul_params * tokens, wbytes,
-                               self.peak_flops, self.peak_bytes_per_s, self.gemm, kernels=4 * p.num_layers)
+            ffn = self._dense_ffn_bytes + (wbytes - self._shared_bytes if self._moe else 0.0)
+            if self.moe_gemm:
+                # The fused-MoE FFNs on their own curve (see _calibrate), the rest on the dense one;
+                # the untuned-config slowdowns act on the fused part only.
+                fflops = 2.0 * self._fused_params * tokens
+                linear = gemm_time(2.0 * self.matmul_params * tokens - fflops, wbytes - ffn,
+                                   self.peak_flops, self.peak_bytes_per_s, self.gemm,
+                                   kernels=4 * p.num_layers - 2 * self._fused_calls)
+                linear += gemm_time(fflops * self._moe_compute_slowdown, ffn * self._moe_slowdown,
+                                    self.peak_flops, self.peak_bytes_per_s, self.moe_gemm,
+                                    kernels=self._fused_calls)
+            else:
+                if self._moe_slowdown != 1.0:
+                    wbytes += (self._moe_slowdown - 1.0) * ffn
+                linear = gemm_time(2.0 * self.matmul_params * tokens, wbytes,
+                                   self.peak_flops, self.peak_bytes_per_s, self.gemm, kernels=4 * p.num_layers)
             attention = max(self.attn_flops_per_pair * attn_pairs / self.flops_per_s, kv_bytes / self.bytes_per_s)
             gpu_time = linear + attention + vision_flops / self.flops_per_s
         else:
