@@ -157,7 +157,9 @@ class PrefixSubsetEvictor:
         not change while the generator is read."""
         assert not self.per_type, "in_order needs the shared queue (per_type=False)"
         keys = self._key
-        heap = [k for k in self._heaps[0] if keys[k[2]].get(k[3]) == k]
+        # A set: an entry can be in the heap twice (a page taken out and put back with the same
+        # key by an undone allocation) and both copies are then live.
+        heap = list({k for k in self._heaps[0] if keys[k[2]].get(k[3]) == k})
         heapify(heap)
         while heap:
             k = heappop(heap)
