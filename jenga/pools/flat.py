@@ -180,6 +180,15 @@ class PartitionedPool:
         for p in self.pools:
             p.on_evict = fn
 
+    @property
+    def on_evict_many(self):
+        return self.pools[0].on_evict_many if self.pools else None
+
+    @on_evict_many.setter
+    def on_evict_many(self, fn) -> None:
+        for p in self.pools:
+            p.on_evict_many = fn
+
     used = property(lambda self: [p.used[t] for t, p in enumerate(self.pools)])
     cached = property(lambda self: [p.cached[t] for t, p in enumerate(self.pools)])
     num_large = property(lambda self: sum(p.num_pages for p in self.pools))
