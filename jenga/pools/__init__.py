@@ -8,6 +8,14 @@ interface, :class:`PagePool`, that :class:`jenga.manager_base.PagedManager` driv
 
 A small page is named ``(type index t, sid)``; its state is *used* (reference counts live in the
 manager), *cached* (prefix-cache content, evictable) or *empty*.
+
+Runs of pages (issue 20): a long-context request takes, caches and releases thousands of pages per
+layer type at once, so besides the per-page protocol below a pool may offer batch forms the
+manager uses when present -- ``cache_many(t, sids, ts, plens)`` (``to_cached`` of a released
+run at one timestamp), ``uncache_many(t, sids)`` (``from_cached`` of a hit; returns the old keys)
+and an ``on_evict_many`` attribute the manager sets (``on_evict`` of a list of ``(t, sid)``).
+Each must leave the pool exactly as the per-page calls in order would (tests/test_sim_digest.py,
+``make fuzz``); ``alloc_many`` already takes ``n`` pages at once.
 """
 
 from __future__ import annotations
