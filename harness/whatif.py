@@ -69,8 +69,9 @@ ENGINE_OF = {"vllm_hma": "vLLM 0.32.0 (hybrid KV cache manager)",
              "sglang_pools": "SGLang srt (separate SWA/full/Mamba pools, server_args defaults)",
              "sglang_unified": "SGLang srt main 2026-08 (--enable-unified-memory, sglang#29678; "
                                "before sglang#36713's fix)",
-             "trtllm_pools": "TensorRT-LLM main 2026-08 (C++ KV cache manager: one pool per window size, "
-                             "calculateWindowSizeToShare split, tokens_per_block 32)",
+             "trtllm_pools": "TensorRT-LLM main 2026-08 (V1 KV cache manager: one pool per window size, "
+                             "calculateWindowSizeToShare split, tokens_per_block 32; hybrid Mamba: "
+                             "CppMambaHybridCacheManager, _calculate_max_num_blocks_for_linear_attention)",
              "jenga": "Jenga (SOSP'25 LCM allocator, this repository)"}
 TOP_KEYS = {"model", "gpu", "tp", "workload", "trace", "rules", "num_requests", "seed", "jobs"}
 ENGINE_KEYS = {"enable_prefix_caching", "max_model_len", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
@@ -230,11 +231,19 @@ def page_tokens(rule: str, default: int) -> int:
     return default
 
 
-def rule_options(rule: str, options: dict, max_model_len: int) -> dict:
+def rule_options(rule: str, options: dict, max_model_len: int, prof=None, cfg=None) -> dict:
     """The rule's options with what the engine takes from the cell: TensorRT-LLM's full-attention
-    window (and its split's weight) is ``max_seq_len``."""
+    window (and its split's weight) is ``max_seq_len``; for a model with Mamba / linear-attention
+    layers also the architecture (TensorRT-LLM runs only its hybrid-linear families) and
+    ``max_batch_size``, taken as the cell's ``engine.max_num_seqs`` (the same knob: the most requests
+    in a batch; it sizes the live recurrent states TensorRT-LLM reserves first)."""
     if rule == "trtllm_pools":
-        return {"max_seq_len": max_model_len, **options}
+        extra = {}
+        if prof is not None and any(s.kind == "mamba" for s in prof.specs):
+            extra["architecture"] = prof.architecture
+            if cfg is not None and cfg.engine.max_num_seqs:
+                extra["max_batch_size"] = int(cfg.engine.max_num_seqs)
+        return {"max_seq_len": max_model_len, **extra, **options}
     return dict(options)
 
 
@@ -251,7 +260,7 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
     # SGLang's page_size defaults to 1 token; the others page by engine.tokens_per_page (16)
     tpp = page_tokens(rule, int(cfg.engine.tokens_per_page or 16))
     mm = jenga.make_manager(rule, specs, kv, tokens_per_page=tpp, enable_prefix_cache=prefix_caching,
-                            **rule_options(rule, options, mml))
+                            **rule_options(rule, options, mml, prof, cfg))
     types = [t for t in mm.types if not t.name.endswith("/image")]
     out = {"rule": rule, "engine": ENGINE_OF.get(rule, getattr(mm, "engine_version", rule)),
            "options": options, "kv_bytes": kv, "max_model_len": mml,
@@ -324,7 +333,8 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
 
 def simulate(rule: str, a: Args, prof, requests, options: dict) -> dict:
     """Serve ``requests`` under ``rule`` in the CPU simulator; every metric is simulated."""
-    cfg = compose(a, rule, rule_options(rule, options, _max_model_len(compose(a), prof)), dataset="synthetic")
+    base = compose(a)
+    cfg = compose(a, rule, rule_options(rule, options, _max_model_len(base, prof), prof, base), dataset="synthetic")
     cfg.engine.tokens_per_page = page_tokens(rule, int(cfg.engine.tokens_per_page or 16))
     t0 = time.perf_counter()
     res = sim_run_cell(cfg, prof, requests)
@@ -372,9 +382,13 @@ def knob_variants(rule: str, prof, align: int) -> list[tuple[str, dict]]:
         # the ratios only size the arena (boot labels); what changes the runtime is sglang#36713's fix
         return [("evict_full_for_mamba=true", {"evict_full_for_mamba": True})] if "mamba" in kinds else []
     if rule == "trtllm_pools":
+        if "mamba" in kinds:
+            # mamba_state_config.periodic_snapshot_interval: off by default, so no prefix is ever reused;
+            # each snapshot interval also takes state_bytes / interval per token from the attention pool
+            return [(f"periodic_snapshot_interval={n}", {"periodic_snapshot_interval": n}) for n in (256, 1024, 4096)]
         # KvCacheConfig.max_attention_window: capping every window also re-weighs the static split
         return [(f"max_attention_window={w}", {"max_attention_window": w}) for w in (4096, 16384)
-                if "full" in kinds and "mamba" not in kinds]
+                if "full" in kinds]
     if rule != "vllm_hma":
         return []
     out: list[tuple[str, dict]] = []
@@ -394,7 +408,7 @@ def sweep_variants(rule: str, a: Args, prof, kv: int, cfg) -> list[tuple[str, di
     caching = bool(cfg.engine.enable_prefix_caching)
     try:
         mm = jenga.make_manager(rule, prof.specs, kv, enable_prefix_cache=caching,
-                                **rule_options(rule, a.options.get(rule, {}), _max_model_len(cfg, prof)))
+                                **rule_options(rule, a.options.get(rule, {}), _max_model_len(cfg, prof), prof, cfg))
     except ValueError:
         return []
     out = []

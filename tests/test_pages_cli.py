@@ -53,8 +53,11 @@ def test_pages_zoo_table_via_module():
     assert rows[("llama3_2_11b_vision", "cross")][3:6] == ["8", "32768", "524288"]
     # Nemotron-Nano-9B-v2's Mamba-2 state (27 x 5,316,608 B, fp32 as vLLM keeps it) against a 16-token
     # attention page of its 4 attention layers: LCM = 4.28 GiB (issue 22's what-if zoo; Jamba's 133x
-    # was the largest before)
-    assert "largest large/small ratio in the zoo: 17523x (nemotron_nano_9b_v2)" in res.stdout
+    # was the largest before); Nemotron-H-56B's 54 x 16.9 MB states against its 10 attention layers'
+    # 16-token page now top it: 34 GiB large pages, 55,701 small pages each
+    assert "nemotron_nano_9b_v2     full            full                   4       16384      262144    4.28 GiB      17523x" \
+        in res.stdout
+    assert "largest large/small ratio in the zoo: 55701x (nemotron_h_56b)" in res.stdout
     assert "attention ratio is 84x = 1344 tokens per large page" in res.stdout
     # every model of the zoo has rows
     assert {m for m, _ in rows} == {p.stem for p in (REPO / "harness/conf/model").glob("*.yaml")}

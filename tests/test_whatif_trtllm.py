@@ -102,19 +102,85 @@ def test_out_of_window_blocks_are_detached_and_reusable():
     assert len(mm2.reqs["c"].pages[0]) <= -(-255 // 32) + 1 < 1056 // 32
 
 
-def test_mamba_and_unknown_kinds_are_refused_with_one_error():
-    gdn = MambaSpec("mamba", 12, 1097728, state_bytes_per_layer=1097728)
-    with pytest.raises(SpecError, match="kRecurrentStates"):
-        jenga.make_manager("trtllm_pools", [FULL, gdn], 4 * GiB)
+MAMBA = MambaSpec("mamba", 8, 1 << 20, state_bytes_per_layer=1 << 20)   # 8 MiB of state per request
+ATTN = FullAttentionSpec("full", 4, 4096)                                   # 16 KiB per token
+
+
+def test_hybrid_split_is_the_affine_model():
+    """_calculate_max_num_blocks_for_linear_attention: max_tokens = (budget - max_batch_size x state) //
+    (attention bytes per token + state // interval); attention blocks = max_tokens // 32; recurrent
+    slots = max_batch_size + 1 (+ max_tokens // interval with reuse and snapshots)."""
+    cap, state, mbs = 8 * GiB, 8 << 20, 64
+    mm = jenga.make_manager("trtllm_pools", [ATTN, MAMBA], cap, max_seq_len=32768, max_batch_size=mbs)
+    T = (cap - mbs * state) // 16384
+    assert mm.blocks == {32768: T // 32, -1: mbs + 1}
+    assert mm.pool_blocks == {32768: T // 32, -1: mbs}               # the CUDA-graph padding slot is no request's
+    rc = reported_capacity(mm, 32768)
+    assert rc["kv_capacity_tokens"] == T // 32 * 32 and rc["max_concurrency"] == min(T // 32 / 1024, mbs)
+    # periodic snapshots (with block reuse) charge state // interval per token: fewer attention blocks,
+    # and one snapshot slot per interval of the token budget
+    snap = jenga.make_manager("trtllm_pools", [ATTN, MAMBA], cap, max_seq_len=32768, max_batch_size=mbs,
+                              enable_prefix_cache=True, periodic_snapshot_interval=256)
+    T2 = (cap - mbs * state) // (16384 + state // 256)
+    assert snap.blocks == {32768: T2 // 32, -1: mbs + 1 + T2 // 256} and T2 < T
+    # negative control: the interval is read only with block reuse on (states_snapshot_interval = 0)
+    off = jenga.make_manager("trtllm_pools", [ATTN, MAMBA], cap, max_seq_len=32768, max_batch_size=mbs,
+                             periodic_snapshot_interval=256)
+    assert off.blocks == mm.blocks
+    # the live states come first: a max_batch_size whose states outgrow the memory leaves no attention pool
+    with pytest.raises(SpecError, match="lower max_batch_size"):
+        jenga.make_manager("trtllm_pools", [ATTN, MAMBA], cap, max_batch_size=1024)
+
+
+def test_hybrid_reuse_only_at_snapshot_boundaries():
+    """prepare_expect_snapshot_points: states kept at every multiple of periodic_snapshot_interval up to
+    the prompt length; a hit ends on one. Off by default: no hit at all."""
+    doc = list(range(1000))
+
+    def hit(**opts):
+        mm = jenga.make_manager("trtllm_pools", [ATTN, MAMBA], 8 * GiB, max_seq_len=32768, max_batch_size=16,
+                                enable_prefix_cache=True, **opts)
+        a = req("a", doc + [7] * 40)
+        assert mm.lookup_prefix(a) == 0 and _prefill(mm, a)
+        mm.free(a)
+        mm.begin_step()
+        return mm.lookup_prefix(req("b", doc + [9] * 40))
+    assert hit(periodic_snapshot_interval=256) == 768                 # 1000 shared tokens -> the 768 snapshot
+    assert hit(periodic_snapshot_interval=128) == 896
+    assert hit(periodic_snapshot_interval=32) == 992                  # every block: the attention blocks decide
+    # negative control: the default (no periodic snapshots) never reuses, though the attention blocks are cached
+    assert hit() == 0 and hit(periodic_snapshot_interval=0) == 0
+    with pytest.raises(SpecError, match="multiple of tokens_per_block"):
+        jenga.make_manager("trtllm_pools", [ATTN, MAMBA], 8 * GiB, periodic_snapshot_interval=100)
+
+
+def test_hybrid_families_and_windows():
+    """is_hybrid_linear decides which Mamba models TensorRT-LLM runs; CppMambaHybridCacheManager charges
+    every attention layer at max_seq_len and overwrites max_attention_window."""
+    with pytest.raises(SpecError, match="is_hybrid_linear"):
+        jenga.make_manager("trtllm_pools", [ATTN, MAMBA], 8 * GiB, architecture="JambaForCausalLM")
+    for arch in ("NemotronHForCausalLM", "Qwen3NextForCausalLM"):        # negative control: these run
+        assert jenga.make_manager("trtllm_pools", [ATTN, MAMBA], 8 * GiB, architecture=arch, max_batch_size=16)
+    with pytest.raises(SpecError, match="overwritten"):
+        jenga.make_manager("trtllm_pools", [ATTN, MAMBA], 8 * GiB, max_attention_window=4096)
+    swa = SlidingWindowSpec("sliding", 4, 4096, window=128)
+    mm = jenga.make_manager("trtllm_pools", [swa, MAMBA], 8 * GiB, max_seq_len=32768, max_batch_size=16)
+    assert mm.blocks == jenga.make_manager("trtllm_pools", [ATTN, MAMBA], 8 * GiB, max_seq_len=32768,
+                                           max_batch_size=16).blocks
+    assert set(mm.blocks) == {32768, -1}
+    # negative control: without Mamba layers the same sliding layer keeps its own 128-token window pool
+    assert 128 in jenga.make_manager("trtllm_pools", [ATTN, swa], 8 * GiB).blocks
     with pytest.raises(SpecError, match="max_attention_window"):
         jenga.make_manager("trtllm_pools", [FULL, SWA], 4 * GiB, max_attention_window=0)
-    # negative control: the same model without the Mamba layers starts
-    assert jenga.make_manager("trtllm_pools", [FULL, SWA], 4 * GiB).pool.num_large > 0
 
 
-@pytest.mark.parametrize("opts", [{}, {"max_attention_window": 24}])
+@pytest.mark.parametrize("opts", [{}, {"max_attention_window": 24},
+                                  {"mamba": True, "max_batch_size": 4, "periodic_snapshot_interval": 8}])
 def test_random_streams_keep_the_allocator_invariants(opts):
+    opts = dict(opts)
     specs = [FullAttentionSpec("full", 2, 64), SlidingWindowSpec("swa", 3, 64, window=20)]
+    if opts.pop("mamba", False):
+        specs = [FullAttentionSpec("full", 2, 64), MambaSpec("m", 2, 500, state_bytes_per_layer=500)]
     for seed in range(5):
         rng = random.Random(seed)
         mm = jenga.make_manager("trtllm_pools", specs, 40_000 * rng.choice([3, 6, 12]), tokens_per_page=4,
@@ -147,3 +213,19 @@ def test_whatif_prints_a_rule_under_which_no_request_fits(capsys):
                    "--no-sweep"]) == 0
     out = capsys.readouterr().out
     assert "{'1024': 19, '262144': 4752}" in out and "no request completed (2 ignored" in out
+
+
+def test_whatif_reports_trtllm_for_hybrid_mamba_models(capsys):
+    """Nemotron-Nano-9B-v2 (H100) and Qwen3-Next-80B-A3B (H200, TP 2): trtllm_pools answers with an
+    attention window and the kRecurrentStates window; Jamba is refused in one line (not hybrid-linear)."""
+    import json
+
+    from harness import whatif as w
+    for argv in (["model=nemotron_nano_9b_v2", "gpu=h100"], ["model=qwen3_next_80b_a3b", "gpu=h200", "tp=2"]):
+        assert w.main(argv + ["rules=trtllm_pools", "--no-sweep", "--json"]) == 0
+        (row,) = json.loads(capsys.readouterr().out)
+        assert set(row["blocks_per_window"]) == {str(row["max_model_len"]), "-1"}
+        assert row["blocks_per_window"]["-1"] == 257                    # max_num_seqs 256 + the padding slot
+        assert row["kv_capacity_tokens"] == row["blocks_per_window"][str(row["max_model_len"])] * 32
+    assert w.main(["model=jamba_1_5_mini", "gpu=h100", "tp=2", "rules=trtllm_pools", "--no-sweep"]) == 0
+    assert "is_hybrid_linear" in capsys.readouterr().out

@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.vllm,
                                  "venv; run `make setup-vllm && make test-vllm`")]
 
 HYBRIDS = ["gemma3_4b", "gemma3_12b", "gemma3_27b", "gemma4_31b", "gpt_oss_20b", "gpt_oss_120b",
-           "qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2", "nemotron_h_8b", "jamba_1_5_mini"]
+           "qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2", "nemotron_h_8b",
+           "nemotron_h_47b", "nemotron_h_56b", "jamba_1_5_mini"]
 GiB = 1 << 30
 
 
@@ -24,7 +25,7 @@ def _profile(name):
 
 
 @pytest.mark.parametrize("name", ["qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2",
-                                  "nemotron_h_8b"])
+                                  "nemotron_h_8b", "nemotron_h_47b", "nemotron_h_56b"])
 def test_state_bytes_match_vllms_shape_calculator(name):
     import math
 

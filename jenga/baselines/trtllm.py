@@ -30,24 +30,46 @@ window ("SWA allocates blocks linearly"), detaching them as the window moves; he
 holds its window plus the tokens of the step being computed (chunked prefill), so long prompts in one
 chunk under-count TRT-LLM's sliding-pool demand.
 
-Not modelled -- refused with one error naming the source: Mamba / linear-attention layers. What the
-source shows (read 2026-08): ``BlockManager::BlockManager`` (kvCacheManager.cpp) gives the recurrent
-states their own ``WindowBlockManager`` under the sentinel window ``LinearAttentionMetadata::
-kRecurrentStates`` (-1), beside a required full-attention window; one block of its pool holds every
-recurrent layer's state (``pool.blockSize = allRecurrentStatesBytes``, kvFactor 1); its
-``numPlaceholderBlocks`` defaults to the full-attention window's primary block count, so positions
-between snapshots cost no memory (``KVCacheBlock::createPlaceholder``, ``MaybePlaceholderLRUEvictionPolicy``);
-``statesSnapshotInterval`` must be a multiple of ``tokens_per_block``; real state blocks sit at every
-``statesSnapshotInterval`` tokens, at the end of the prompt and, with ``saveLastSnapshot``, at the
-end (``RnnCacheTransBufferManager``'s ``maxRealBlocksPerSeq``); partial reuse is refused with linear
-attention; periodic snapshots default to off, so block reuse never engages without
-``mamba_state_config.periodic_snapshot_interval``. What is missing to model it faithfully: the
-number of primary blocks the ``kRecurrentStates`` window is given (``blocksPerWindow[-1]``) -- the
-memory split between it and the attention windows, computed on the Python side
-(``tensorrt_llm/_torch/pyexecutor/kv_cache`` ``mamba_cache_manager`` / ``calculate_max_num_blocks``
-with linear attention, which changes often: ``mamba_cache_manager_v2.py``, ``legacy.py``) and not
-read here -- and whether a hit must end on a real (non-placeholder) block of every window (the
-lookup in ``WindowBlockManager::loadOrAllocateBlocks`` with placeholders). Llama-4's chunked attention and vision-embedding caches are refused likewise (TRT-LLM has no
+Hybrid Mamba / linear-attention models (read 2026-08, the V1 route: ``KvCacheConfig.
+use_kv_cache_manager_v2=False``, ``CppMambaHybridCacheManager``):
+
+- ``tensorrt_llm/_torch/pyexecutor/_util.py``, ``get_kv_cache_manager_cls``: only models
+  ``config_utils.is_hybrid_linear`` accepts take the hybrid path -- ``is_nemotron_hybrid`` (a
+  ``hybrid_override_pattern``: Nemotron-H), ``is_qwen3_hybrid`` (Qwen3-Next, Qwen3.5: gated
+  DeltaNet) and ``is_kimi_linear`` (Kimi K3); :data:`HYBRID_LINEAR_ARCHITECTURES`. Another model with
+  Mamba layers (Jamba, Granite-4.0-H, Falcon-H1, MiniMax lightning attention) is refused with one
+  error.
+- ``kv_cache/mamba_cache_manager/legacy.py``, ``CppMambaHybridCacheManager.__init__``: every Mamba
+  layer gets the window ``LinearCacheType.RECURRENT_STATES`` (-1), every other managed layer the
+  window ``max_seq_len`` (``kv_cache_config.max_attention_window`` is overwritten: a sliding layer of
+  such a model is charged as full attention, and a user cap is refused here); one recurrent block
+  holds a layer's ``ssm_bytes + conv_bytes`` (``all_recurrent_states_bytes``); ``states_snapshot_
+  interval = mamba_state_config.periodic_snapshot_interval`` if ``enable_block_reuse`` else 0; partial
+  reuse is turned off.
+- ``resource_manager.py``, ``KVCacheManager._calculate_max_num_blocks_for_linear_attention`` (the
+  split): ``slope = attention bytes per token + state_bytes // interval`` (0 without snapshots),
+  ``intercept = max_batch_size * pp_size * state_bytes``, ``max_tokens = (budget - intercept) //
+  slope``; the attention window gets ``max_tokens // tokens_per_block`` blocks; the recurrent window
+  ``max_batch_size * pp_size + 1`` slots (+1: the CUDA-graph padding dummy, never a request's), plus
+  ``max_tokens // interval`` snapshot slots when reuse and snapshots are on (plus ``max_draft_len``
+  with speculative decoding: not modelled). Here pp_size 1; the padding slot is kept out of the pool.
+- ``kv_cache/mamba_cache_manager/common.py``, ``MambaHybridCacheManager.prepare_expect_snapshot_points``
+  (the reuse rule): a request's recurrent state is kept at every multiple of
+  ``periodic_snapshot_interval`` up to its prompt length (V1 has no additional snapshot offsets);
+  ``mamba_state_config.periodic_snapshot_interval`` is off by default (TensorRT-LLM's "KV Cache System" docs,
+  "Mamba Snapshot Boundaries"), so without it a hybrid model never reuses a prefix. A hit therefore
+  ends at the longest snapshot position whose state is still cached and whose attention blocks are
+  (``checkpoint_hit``), each pool evicting by LRU on its own. The interval must be a multiple of
+  ``tokens_per_block`` (the C++ side's check).
+
+Not modelled: the V2 manager (``MambaHybridCacheManagerV2``) that newest main selects by default for
+hybrid Mamba models (``use_kv_cache_manager_v2="auto"``; pools sized by ``avg_seq_len`` /
+``pool_ratio``); ``mamba_ssm_cache_dtype="auto"`` (the state bytes are the zoo spec's, vLLM's dtype
+rule); speculative decoding's extra slots. Note also that the PyTorch backend's VSWA split
+(``resource_manager.py``, ``calculate_max_num_blocks_for_vswa``) now gives every window an *equal*
+share of memory by default (``TRTLLM_WINDOW_SIZE_SHARES`` overrides it), not the C++
+``calculateWindowSizeToShare`` weights used above for sliding-window models.
+Llama-4's chunked attention and vision-embedding caches are refused (TRT-LLM has no
 such window kind in this manager).
 """
 
@@ -62,16 +84,38 @@ from jenga.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec, SpecErro
 ENGINE_VERSION = ("TensorRT-LLM main 2026-08 (kvCacheManager.cpp: one WindowBlockManager per window size, "
                   "calculateWindowSizeToShare static split; tokens_per_block 32)")
 TOKENS_PER_BLOCK = 32  # KvCacheConfig.tokens_per_block default (tensorrt_llm/llmapi/llm_args.py)
+RECURRENT_STATES = -1  # LinearCacheType.RECURRENT_STATES / LinearAttentionMetadata::kRecurrentStates
+# config_utils.is_hybrid_linear: is_nemotron_hybrid (hybrid_override_pattern), is_qwen3_hybrid
+# (Qwen3-Next, Qwen3.5), is_kimi_linear -- the HF architectures of those families
+HYBRID_LINEAR_ARCHITECTURES = frozenset({
+    "NemotronHForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "KimiLinearForCausalLM"})
+# (is_qwen3_5 matches the text checkpoints' Qwen3_5[Moe]ForCausalLM; the multimodal checkpoints are taken
+# as their text model -- an assumption. Nemotron-H is recognised by its hybrid_override_pattern.)
+
+
+def mamba_split(attn_bytes_per_token: int, state_bytes: int, capacity_bytes: int, max_batch_size: int,
+                snapshot_interval: int = 0, tokens_per_block: int = TOKENS_PER_BLOCK) -> dict:
+    """``KVCacheManager._calculate_max_num_blocks_for_linear_attention`` (resource_manager.py), pp_size 1,
+    no speculative decoding: the affine model ``bytes(T) = slope * T + intercept`` with ``slope =
+    attention bytes per token + state_bytes // interval`` and ``intercept = max_batch_size *
+    state_bytes``; ``max_tokens = max((budget - intercept) // slope, 0)``, attention blocks
+    ``max_tokens // tokens_per_block``, recurrent slots ``max_batch_size + 1`` (+ ``max_tokens //
+    interval`` snapshots when ``snapshot_interval`` > 0, i.e. block reuse with periodic snapshots)."""
+    mamba_slope = state_bytes // snapshot_interval if snapshot_interval > 0 else 0
+    slope = attn_bytes_per_token + mamba_slope
+    intercept = max_batch_size * state_bytes
+    max_tokens = max((capacity_bytes - intercept) // slope, 0)
+    slots = max_batch_size + 1 + (max_tokens // snapshot_interval if snapshot_interval > 0 else 0)
+    return {"slope": slope, "intercept": intercept, "max_tokens": max_tokens,
+            "attention_blocks": max_tokens // tokens_per_block, "recurrent_slots": slots}
 
 
 def window_of(spec, max_seq_len: int) -> int:
     """The ``max_attention_window`` entry of a layer type: its window, or ``max_seq_len`` for full
     attention (a window larger than ``max_seq_len`` is kept as given, as TRT-LLM warns and keeps it)."""
     if isinstance(spec, MambaSpec):
-        raise SpecError("trtllm_pools: Mamba / linear-attention layers are not modelled (TensorRT-LLM keeps "
-                        "their states in a kRecurrentStates window with snapshots every "
-                        "mamba_state_config.periodic_snapshot_interval tokens; its memory split is not "
-                        "reproduced here) -- use vllm_hma, sglang_pools or sglang_unified for this model")
+        return RECURRENT_STATES
     if type(spec) is FullAttentionSpec:
         return max_seq_len
     if type(spec) is SlidingWindowSpec:
@@ -114,10 +158,15 @@ class TrtllmPools(PagedManager):
 
     system_name = "trtllm_pools"
     engine_version = ENGINE_VERSION
-    option_names = ("max_seq_len", "max_attention_window")
+    option_names = ("max_seq_len", "max_attention_window", "max_batch_size", "periodic_snapshot_interval",
+                    "architecture")
 
     def __init__(self, specs, capacity_bytes: int, tokens_per_page: int = TOKENS_PER_BLOCK,
                  enable_prefix_cache: bool = False, **options):
+        specs = list(specs)
+        self.hybrid_linear = any(isinstance(s, MambaSpec) for s in specs)
+        if self.hybrid_linear:
+            specs = self._hybrid_specs(specs, **options)
         cap_w = options.get("max_attention_window")
         if cap_w is not None and (not isinstance(cap_w, int) or isinstance(cap_w, bool) or cap_w <= 0):
             raise SpecError(f"max_attention_window must be a positive integer or null, got {cap_w!r}")
@@ -128,11 +177,39 @@ class TrtllmPools(PagedManager):
                      if type(s) in (FullAttentionSpec, SlidingWindowSpec) else s for s in specs]
         super().__init__(specs, capacity_bytes, tokens_per_page, enable_prefix_cache, **options)
 
+    @staticmethod
+    def _hybrid_specs(specs, **options) -> list:
+        """CppMambaHybridCacheManager's layer windows: Mamba -> kRecurrentStates, every other layer
+        -> max_seq_len (a sliding layer is charged as full attention); refuses what the V1 route does
+        not run (see the module docstring)."""
+        arch = options.get("architecture")
+        if arch is not None and arch not in HYBRID_LINEAR_ARCHITECTURES:
+            raise SpecError(f"trtllm_pools: {arch} has Mamba / linear-attention layers but is not a hybrid-linear "
+                            "model to TensorRT-LLM (config_utils.is_hybrid_linear: Nemotron-H, Qwen3-Next / "
+                            "Qwen3.5, Kimi-Linear only), so no KV cache manager of it holds their states -- use "
+                            "vllm_hma, sglang_pools or sglang_unified for this model")
+        if options.get("max_attention_window") is not None:
+            raise SpecError("trtllm_pools: max_attention_window is overwritten for hybrid Mamba models "
+                            "(CppMambaHybridCacheManager: Mamba layers -> kRecurrentStates, the others -> "
+                            "max_seq_len); drop the option")
+        out = []
+        for s in specs:
+            if isinstance(s, MambaSpec) or type(s) is FullAttentionSpec:
+                out.append(s)
+            elif type(s) is SlidingWindowSpec:
+                out.append(FullAttentionSpec(s.name, s.num_layers, s.bytes_per_token_per_layer, s.num_compute_layers))
+            else:
+                raise SpecError(f"trtllm_pools: layer kind {s.kind!r} ({s.name}) has no place in TensorRT-LLM's "
+                                "hybrid Mamba cache manager (full attention and recurrent states only)")
+        return out
+
     def make_pool(self, **options):
         msl = options.get("max_seq_len", 32768)
         if not isinstance(msl, int) or isinstance(msl, bool) or msl <= 0:
             raise SpecError(f"max_seq_len must be a positive integer, got {msl!r}")
         self.max_seq_len = msl
+        if self.hybrid_linear:
+            return self._make_hybrid_pool(**options)
         wins = [window_of(s, msl) for s in self.specs]  # capped windows are SlidingWindowSpecs already
         self.windows = wins
         tpb = self.tokens_per_page
@@ -153,11 +230,74 @@ class TrtllmPools(PagedManager):
                                self.enable_prefix_cache)
 
 
+    # -- hybrid Mamba (CppMambaHybridCacheManager) ----------------------------------------------------
+    def _make_hybrid_pool(self, **options):
+        mbs = options.get("max_batch_size", 256)
+        if not isinstance(mbs, int) or isinstance(mbs, bool) or mbs <= 0:
+            raise SpecError(f"max_batch_size must be a positive integer, got {mbs!r}")
+        psi = options.get("periodic_snapshot_interval")
+        psi = 0 if psi is None else psi
+        tpb = self.tokens_per_page
+        if not isinstance(psi, int) or isinstance(psi, bool) or psi < 0 or psi % tpb:
+            raise SpecError(f"periodic_snapshot_interval must be null, 0 or a positive multiple of tokens_per_block "
+                            f"({tpb}), got {psi!r}")
+        # states_snapshot_interval: the periodic interval only with block reuse on
+        self.snapshot_interval = psi if self.enable_prefix_cache else 0
+        self.max_batch_size = mbs
+        attn_bpt = sum(s.bytes_per_token for s in self.specs if not isinstance(s, MambaSpec))
+        state = sum(s.state_bytes for s in self.specs if isinstance(s, MambaSpec))
+        if attn_bpt == 0:
+            raise SpecError("trtllm_pools: a hybrid Mamba model needs a full-attention layer "
+                            "(BlockManager requires a full-attention window beside kRecurrentStates)")
+        sp = mamba_split(attn_bpt, state, self.capacity_bytes, mbs, self.snapshot_interval, tpb)
+        self.mamba = sp
+        self.windows = [RECURRENT_STATES if isinstance(s, MambaSpec) else self.max_seq_len for s in self.specs]
+        nblk = sp["attention_blocks"]
+        attn_bytes = nblk * tpb * attn_bpt
+        # the slots TRT-LLM asks for, less the CUDA-graph padding slot (its bytes lie outside the
+        # intercept: TRT-LLM's pool overshoots the budget by one state), within what the bytes hold
+        fit = (self.capacity_bytes - attn_bytes) // state
+        slots = min(sp["recurrent_slots"] - 1, fit)
+        self.blocks = {self.max_seq_len: nblk, RECURRENT_STATES: sp["recurrent_slots"]}
+        self.share = {self.max_seq_len: attn_bytes / self.capacity_bytes,
+                      RECURRENT_STATES: sp["recurrent_slots"] * state / self.capacity_bytes}
+        self.pool_blocks = {self.max_seq_len: nblk, RECURRENT_STATES: slots}
+        if nblk <= 0 or slots <= 0:
+            raise SpecError(f"capacity_bytes ({self.capacity_bytes}) leaves a pool empty under TensorRT-LLM's hybrid "
+                            f"split (max_batch_size {mbs} live states of {state} bytes take {sp['intercept']} bytes "
+                            f"first): {self.blocks}; lower max_batch_size")
+        shares = [(slots if isinstance(s, MambaSpec) else nblk) * st.page_bytes for s, st in zip(self.specs, self.types)]
+        return PartitionedPool([st.page_bytes for st in self.types], shares, self.capacity_bytes,
+                               self.enable_prefix_cache)
+
+    def checkpoint_positions(self, rs, t, prev, T):
+        """``prepare_expect_snapshot_points``: every multiple of the interval up to the prompt length."""
+        N = getattr(self, "snapshot_interval", 0)
+        if not N:
+            return ()
+        return range((prev // N + 1) * N, min(T, rs.prompt_len) + 1, N)
+
+    def checkpoint_hit(self, t, hasher, L):
+        """A hit ends on a cached snapshot (a multiple of the interval); none without snapshots."""
+        N = getattr(self, "snapshot_interval", 0)
+        if not N or self.types[t].policy.pages_per_state != 1:
+            return 0
+        return self.longest_cached_multiple(t, hasher, L, N)
+
+
 def reported_capacity(mm: TrtllmPools, max_model_len: int) -> dict:
     """TensorRT-LLM's start-up numbers: primary blocks per window, the full window's tokens (its
     blocks x tokens_per_block; the largest window's when no layer is full) and
     ``getMaxCapacityBatchSize`` at ``max_model_len`` (input + output = max_model_len, beam 1)."""
     tpb = mm.tokens_per_page
+    if mm.hybrid_linear:
+        # live states cap the batch at max_batch_size (the scheduler's limit); attention blocks as usual
+        nblk = mm.blocks[mm.max_seq_len]
+        per = math.ceil(min(max_model_len, mm.max_seq_len) / tpb)
+        return {"blocks_per_window": dict(mm.blocks), "window_share": {w: round(x, 6) for w, x in mm.share.items()},
+                "kv_capacity_tokens": nblk * tpb, "max_concurrency": min(nblk / per, mm.max_batch_size),
+                "max_batch_size": int(min(nblk // per, mm.max_batch_size)),
+                "mamba_split": dict(mm.mamba), "snapshot_interval": mm.snapshot_interval}
     conc = min(n / math.ceil(min(max_model_len, w) / tpb) for w, n in mm.blocks.items())
     top = max(mm.blocks)
     return {"blocks_per_window": dict(mm.blocks), "window_share": {w: round(s, 6) for w, s in mm.share.items()},

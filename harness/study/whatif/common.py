@@ -22,7 +22,8 @@ def args(model: str, gpu: str = "h100", max_model_len: int = 32768, tp: int = 1,
 def simulate(rule: str, a, prof, requests, options: dict | None = None) -> tuple[dict, dict]:
     """``(metrics, {request_id: hit tokens on first admission})`` of ``requests`` under ``rule``
     (what :func:`harness.backends.sim.engine.run_cell` runs, keeping the scheduler's requests)."""
-    cfg = w.compose(a, rule, w.rule_options(rule, options or {}, w._max_model_len(w.compose(a), prof)),
+    base = w.compose(a)
+    cfg = w.compose(a, rule, w.rule_options(rule, options or {}, w._max_model_len(base, prof), prof, base),
                     dataset="synthetic")
     cfg.engine.tokens_per_page = w.page_tokens(rule, int(cfg.engine.tokens_per_page or 16))
     eng, gpu = EngineSettings.of(cfg.engine), GpuSettings.of(cfg.gpu)
