@@ -134,6 +134,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self._plain_release = [plain and not (st.policy.image_based or st.policy.state_based)
                                and type(st.policy).set_prefix_length is Policy.set_prefix_length
                                for st in self.types]
+        # Per type: may image pages be released by _release_image_run (default image hooks)?
+        self._plain_image_release = [plain and st.policy.image_based and isinstance(st.policy, ImagePolicy)
+                                     and type(st.policy).set_prefix_length is ImagePolicy.set_prefix_length
+                                     for st in self.types]
 
     # -- extension hooks (public: a new system subclasses and overrides these) -----------------------
     # ``storage_types`` (which pages are kept for which layers), ``accounted_specs`` (the layer types
@@ -527,6 +531,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         elif self._plain_release[t]:
             self._release_run(rs, t, js, ts, tpp)
             return
+        elif self._plain_image_release[t]:
+            self._release_image_run(rs, t, js, ts, tpp)
+            return
         for j in js:
             sid = pages.pop(j)
             key = self._page_key(rs, t, j, rs.T) if cache else None
@@ -587,6 +594,58 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             pfree = pool.free
             for sid in freed:
                 pfree(t, sid)
+
+    def _release_image_run(self, rs: ReqState, t: int, js, ts: int, tpp: int) -> None:
+        """:meth:`_release_pages` for image pages (cross-attention KV, vision embeddings) under the
+        default hooks: each page's key ``(image_id, page within the image)`` and eviction priority
+        (its image's, ``ImagePolicy.set_prefix_length``) are read from one map of the request's
+        images instead of a search per page, and the pool gets the cached and freed pages in two
+        batches, as :meth:`_release_run` does for token pages (a 6,404-token image is 400 pages
+        per cross-attention type)."""
+        pages, ref, page_key, index = rs.pages[t], self.ref[t], self.page_key[t], self.index[t]
+        pool, shared = self.pool, self.shared_data
+        cache, copies = self.enable_prefix_cache, self.keep_block_copies
+        copy_key = self.copy_key[t]
+        info = {}
+        for im, base in rs.images_with_base(self.types[t].policy, tpp):
+            for local in range(-(-im.num_tokens // tpp)):
+                info[base + local] = (im.priority, (im.image_id, local))
+        cached_sids, cached_plens, freed = [], [], []
+        dup = 0
+        for j in js:
+            sid = pages.pop(j)
+            plen, key = info[j]
+            if copies and sid in copy_key and self._cache_copy(t, sid, ts, plen):
+                continue
+            r = ref[sid] - 1
+            if r > 0:
+                ref[sid] = r
+                dup += shared[(t, sid)]  # _undup, unrolled
+                if r == 1:
+                    del shared[(t, sid)]
+                continue
+            del ref[sid]
+            if cache:
+                known = page_key.get(sid)
+                if known is not None:
+                    key = known
+                if index.setdefault(key, sid) == sid:
+                    page_key[sid] = key
+                    cached_sids.append(sid)
+                    cached_plens.append(plen)
+                    continue
+            page_key.pop(sid, None)
+            freed.append(sid)
+        self.dup_bytes -= dup
+        if cached_sids:
+            cache_many = getattr(pool, "cache_many", None)
+            if cache_many is not None:
+                cache_many(t, cached_sids, ts, cached_plens)
+            else:
+                for sid, plen in zip(cached_sids, cached_plens):
+                    pool.to_cached(t, sid, ts, plen)
+        for sid in freed:
+            pool.free(t, sid)
 
     # -- free and usage -----------------------------------------------------------------------------
     def free(self, request: RequestView) -> None:

@@ -133,7 +133,7 @@ def test_v0_reserved_peak_counts_sampler_tensors_the_forward_blocks_cannot_hold(
     assert on.activation_peak_bytes() > live
     assert on.kv_capacity_bytes() < off.kv_capacity_bytes()
     # v1 is untouched (its own sampler rule).
-    v1 = dict(engine_version="v1", max_num_seqs=256, max_model_len=2048)
+    v1 = {"engine_version": "v1", "max_num_seqs": 256, "max_model_len": 2048}
     assert CostModel(prof, tiny_gpu(calibration={**CAL, "mechanisms": {"reserved_peak": True}}),
                      tiny_engine(**v1)).activation_peak_bytes() == CostModel(
         prof, tiny_gpu(calibration={**CAL, "mechanisms": {"reserved_peak": False}}), tiny_engine(**v1)).activation_peak_bytes()

@@ -34,6 +34,7 @@ FAST = {
     ("jamba_1_5_mini", "jenga", 0, 100): "573756374d4d6dd0",   # + fused-MoE FFN curve (issue 21, PR #24700)
     ("ministral_8b", "jenga", 0, 12): "d75a606d202d3974",
     ("ministral_8b", "vllm", 2, 10): "48ad43e93e04c84b",
+    ("llama3_2_11b_vision", "jenga", 0, 60): "d6d8309720dcaec7",  # image pages (issue 20, computed at 2d8213f)
 }
 SLOW = {
     ("llama4_scout", "jenga", 0, 24): "e4e6db74204859a9",     # fused-MoE curve + v1 untuned config (issue 21)

@@ -77,7 +77,6 @@ limits and the memory roofline are taken care of by the caller (``max`` with the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.workloads.request import Request
 from jenga.baselines.current import full_sequence_demand
@@ -64,11 +64,12 @@ class SeqState:
     computed_before_preemption: int = 0
     ignored: bool = False          # can never fit in the KV pool (vLLM ignores such prompts)
     done: bool = False
+    # Tokens known so far (prompt + generated); all but the newest have KV once decoding. A field
+    # kept by _emit, not a property: the scheduler reads it millions of times per study.
+    target: int = field(init=False)
 
-    @property
-    def target(self) -> int:
-        """Tokens known so far (prompt + generated); all but the newest have KV once decoding."""
-        return self.req.prompt_len + self.num_generated
+    def __post_init__(self) -> None:
+        self.target = self.req.prompt_len + self.num_generated
 
 
 @dataclass
@@ -315,6 +316,7 @@ class Scheduler:
         for _ in range(n):
             req.output_token_ids.append(_token_id(req, seq.num_generated))
             seq.num_generated += 1
+            seq.target += 1
         if seq.first_token_time is None:
             seq.first_token_time = now
         if seq.num_generated < req.output_len:
