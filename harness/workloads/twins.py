@@ -49,7 +49,8 @@ def load_stats(name: str) -> dict:
     path = DATASETS_DIR / name
     if not path.exists():
         raise WorkloadError(f"dataset statistics file {path} not found")
-    return yaml.safe_load(path.read_text())
+    # libyaml's safe loader when the wheel has it (the same documents, ~10x faster; every cell loads one)
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def rng(seed: int, *stream: int) -> np.random.Generator:
