@@ -539,27 +539,31 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             key = self._page_key(rs, t, j, rs.T) if cache else None
             self._unref(t, sid, ts, pol.set_prefix_length(rs, j, tpp), key, self._page_data(rs, t, j, rs.T))
 
-    def _release_run(self, rs: ReqState, t: int, js, ts: int, tpp: int) -> None:
-        """:meth:`_release_pages` for a run of token pages when nothing is logged and the manager
-        and policy keep the default hooks (``_page_key``, ``_unref``, ``set_prefix_length``): the
-        same steps in the same order, unrolled -- the key read from the hash chain by index, the
-        prefix length the page's end -- so a finished 150k-token request releasing ~10k pages per
-        layer type costs one pass, not five calls per page (issue 20)."""
+    def _release_run(self, rs: ReqState, t: int, js, ts: int, tpp: int, images: dict | None = None) -> None:
+        """:meth:`_release_pages` for a run of pages when nothing is logged and the manager and
+        policy keep the default hooks (``_page_key``, ``_unref``, ``set_prefix_length``): the same
+        steps, unrolled -- for token pages the key read from the hash chain by index and the
+        prefix length the page's end; for image pages (``images``: logical page -> (its image's
+        eviction priority, key ``(image_id, page within the image)``)) those -- so a finished
+        150k-token request releasing ~10k pages per layer type costs one pass, not five calls
+        per page (issue 20). Cached and freed pages go to the pool in two batches: its state does
+        not depend on how the two interleave (LcmPagePool.cache_many)."""
         pages, ref, page_key, index = rs.pages[t], self.ref[t], self.page_key[t], self.index[t]
         pool, shared = self.pool, self.shared_data
         cache, copies = self.enable_prefix_cache, self.keep_block_copies
         copy_key = self.copy_key[t]
         T = rs.T
-        hs, k = (rs.hasher.chain(T), tpp // rs.hasher.block) if cache else ((), 1)
+        hs, k = (rs.hasher.chain(T), tpp // rs.hasher.block) if cache and images is None else ((), 1)
         nh = len(hs)
-        # Pages that go to the cache and pages that go free, handed to the pool in two batches: the
-        # pool's state does not depend on how the two interleave (LcmPagePool.cache_many).
-        cached_sids, cached_ends, freed = [], [], []
+        cached_sids, cached_plens, freed = [], [], []
         dup = 0
         for j in js:
             sid = pages.pop(j)
-            end = (j + 1) * tpp
-            if copies and sid in copy_key and self._cache_copy(t, sid, ts, end):
+            if images is None:
+                plen = (j + 1) * tpp
+            else:
+                plen, image_key = images[j]
+            if copies and sid in copy_key and self._cache_copy(t, sid, ts, plen):
                 continue
             r = ref[sid] - 1
             if r > 0:
@@ -572,64 +576,13 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             del ref[sid]
             if cache:
                 key = page_key.get(sid)
-                if key is None and end <= T:
-                    i = (j + 1) * k - 1
-                    key = hs[i] if i < nh else None
+                if key is None:
+                    if images is not None:
+                        key = image_key
+                    elif plen <= T:
+                        i = (j + 1) * k - 1
+                        key = hs[i] if i < nh else None
                 if key is not None and index.setdefault(key, sid) == sid:
-                    page_key[sid] = key
-                    cached_sids.append(sid)
-                    cached_ends.append(end)
-                    continue
-            page_key.pop(sid, None)
-            freed.append(sid)
-        self.dup_bytes -= dup
-        if cached_sids:
-            cache_many = getattr(pool, "cache_many", None)
-            if cache_many is not None:
-                cache_many(t, cached_sids, ts, cached_ends)
-            else:
-                for sid, end in zip(cached_sids, cached_ends):
-                    pool.to_cached(t, sid, ts, end)
-        if freed:
-            pfree = pool.free
-            for sid in freed:
-                pfree(t, sid)
-
-    def _release_image_run(self, rs: ReqState, t: int, js, ts: int, tpp: int) -> None:
-        """:meth:`_release_pages` for image pages (cross-attention KV, vision embeddings) under the
-        default hooks: each page's key ``(image_id, page within the image)`` and eviction priority
-        (its image's, ``ImagePolicy.set_prefix_length``) are read from one map of the request's
-        images instead of a search per page, and the pool gets the cached and freed pages in two
-        batches, as :meth:`_release_run` does for token pages (a 6,404-token image is 400 pages
-        per cross-attention type)."""
-        pages, ref, page_key, index = rs.pages[t], self.ref[t], self.page_key[t], self.index[t]
-        pool, shared = self.pool, self.shared_data
-        cache, copies = self.enable_prefix_cache, self.keep_block_copies
-        copy_key = self.copy_key[t]
-        info = {}
-        for im, base in rs.images_with_base(self.types[t].policy, tpp):
-            for local in range(-(-im.num_tokens // tpp)):
-                info[base + local] = (im.priority, (im.image_id, local))
-        cached_sids, cached_plens, freed = [], [], []
-        dup = 0
-        for j in js:
-            sid = pages.pop(j)
-            plen, key = info[j]
-            if copies and sid in copy_key and self._cache_copy(t, sid, ts, plen):
-                continue
-            r = ref[sid] - 1
-            if r > 0:
-                ref[sid] = r
-                dup += shared[(t, sid)]  # _undup, unrolled
-                if r == 1:
-                    del shared[(t, sid)]
-                continue
-            del ref[sid]
-            if cache:
-                known = page_key.get(sid)
-                if known is not None:
-                    key = known
-                if index.setdefault(key, sid) == sid:
                     page_key[sid] = key
                     cached_sids.append(sid)
                     cached_plens.append(plen)
@@ -644,8 +597,21 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             else:
                 for sid, plen in zip(cached_sids, cached_plens):
                     pool.to_cached(t, sid, ts, plen)
-        for sid in freed:
-            pool.free(t, sid)
+        if freed:
+            pfree = pool.free
+            for sid in freed:
+                pfree(t, sid)
+
+    def _release_image_run(self, rs: ReqState, t: int, js, ts: int, tpp: int) -> None:
+        """:meth:`_release_run` for image pages (cross-attention KV, vision embeddings): each page's
+        key and eviction priority (its image's, ``ImagePolicy.set_prefix_length``) read from one
+        map of the request's images instead of a search per page (a 6,404-token image is 400
+        pages per cross-attention type)."""
+        info = {}
+        for im, base in rs.images_with_base(self.types[t].policy, tpp):
+            for local in range(-(-im.num_tokens // tpp)):
+                info[base + local] = (im.priority, (im.image_id, local))
+        self._release_run(rs, t, js, ts, tpp, info)
 
     # -- free and usage -----------------------------------------------------------------------------
     def free(self, request: RequestView) -> None:
