@@ -192,3 +192,33 @@ class StubRequest:
     @property
     def prompt_len(self) -> int:
         return len(self.prompt_token_ids)
+
+
+def shared_prefix_stream(mm, rng, ops: int = 60, failed_alloc_changes_nothing: bool = False) -> None:
+    """Drive ``mm`` with a random stream of requests that share three prompt prefixes (admit with
+    a prefix lookup, grow, free, one engine step per operation), checking the manager's
+    invariants after every operation and once everything is freed; with
+    ``failed_alloc_changes_nothing`` a failed growth must leave the state as it found it. The
+    what-if rules' property tests share it."""
+    prefixes = [[rng.randrange(1, 50) for _ in range(rng.randrange(8, 120))] for _ in range(3)]
+    running = []
+    for i in range(ops):
+        if running and rng.random() < 0.4:
+            mm.free(running.pop(rng.randrange(len(running))))
+        elif running and rng.random() < 0.5:
+            r = rng.choice(running)
+            before = state_fingerprint(mm) if failed_alloc_changes_nothing else None
+            if not mm.allocate(r, rng.randrange(1, 9)) and before is not None:
+                assert state_fingerprint(mm) == before, "a failed allocate changed state"
+        else:
+            tokens = rng.choice(prefixes) + [rng.randrange(50, 99) for _ in range(rng.randrange(1, 40))]
+            r = StubRequest(f"r{i}", np.asarray(tokens, dtype=np.int32))
+            hit = mm.lookup_prefix(r)
+            assert 0 <= hit < len(r.prompt_token_ids)
+            if mm.allocate(r, len(r.prompt_token_ids) - hit):
+                running.append(r)
+        mm.begin_step()
+        check_invariants(mm)
+    for r in running:
+        mm.free(r)
+    check_invariants(mm)

@@ -166,7 +166,7 @@ def test_random_streams_keep_the_allocator_invariants(system, opts, mix):
     what-if systems are study-only, so `make fuzz` does not draw them."""
     import random
 
-    from jenga.testing import check_invariants
+    from jenga.testing import shared_prefix_stream
     specs = {"full+swa": [FullAttentionSpec("full", 2, 64), SlidingWindowSpec("swa", 3, 64, window=20)],
              "full+mamba": [FullAttentionSpec("full", 2, 64),
                             MambaSpec("mamba", 2, 1, state_bytes_per_layer=4000, conv_bytes_per_layer=400)]}[mix]
@@ -176,23 +176,4 @@ def test_random_streams_keep_the_allocator_invariants(system, opts, mix):
         rng = random.Random(seed)
         mm = jenga.make_manager(system, specs, 40_000 * rng.choice([3, 6, 12]), tokens_per_page=4,
                                 enable_prefix_cache=True, **opts)
-        prefixes = [[rng.randrange(1, 50) for _ in range(rng.randrange(8, 120))] for _ in range(3)]
-        running = []
-        for i in range(60):
-            if running and rng.random() < 0.4:
-                r = running.pop(rng.randrange(len(running)))
-                mm.free(r)
-            elif running and rng.random() < 0.5:
-                r = rng.choice(running)
-                mm.allocate(r, rng.randrange(1, 9))       # a failed allocate changes nothing
-            else:
-                r = req(f"r{i}", rng.choice(prefixes) + [rng.randrange(50, 99) for _ in range(rng.randrange(1, 40))])
-                hit = mm.lookup_prefix(r)
-                assert 0 <= hit < len(r.prompt_token_ids)
-                if mm.allocate(r, len(r.prompt_token_ids) - hit):
-                    running.append(r)
-            mm.begin_step()
-            check_invariants(mm)
-        for r in running:
-            mm.free(r)
-        check_invariants(mm)
+        shared_prefix_stream(mm, rng)

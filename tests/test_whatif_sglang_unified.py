@@ -121,7 +121,7 @@ def test_random_streams_keep_the_allocator_invariants(mix, evict_full):
     """Seeded random streams (shared prefixes, chunked allocation, failed allocations, frees) with
     every allocator invariant checked after each operation, including the arena's own (bands add up,
     no overlap in the compacted layout, a failed allocate changes nothing)."""
-    from jenga.testing import state_fingerprint
+    from jenga.testing import shared_prefix_stream
     specs = {"full+swa": [FullAttentionSpec("full", 2, 64), SlidingWindowSpec("swa", 3, 64, window=20)],
              "full+mamba": [FullAttentionSpec("full", 2, 64),
                             MambaSpec("mamba", 2, 1, state_bytes_per_layer=4000, conv_bytes_per_layer=400)],
@@ -131,27 +131,7 @@ def test_random_streams_keep_the_allocator_invariants(mix, evict_full):
         rng = random.Random(seed)
         mm = jenga.make_manager("sglang_unified", specs, 40_000 * rng.choice([3, 6, 12]), tokens_per_page=4,
                                 enable_prefix_cache=True, evict_full_for_mamba=evict_full)
-        prefixes = [[rng.randrange(1, 50) for _ in range(rng.randrange(8, 120))] for _ in range(3)]
-        running = []
-        for i in range(60):
-            if running and rng.random() < 0.4:
-                mm.free(running.pop(rng.randrange(len(running))))
-            elif running and rng.random() < 0.5:
-                r = rng.choice(running)
-                before = state_fingerprint(mm)
-                if not mm.allocate(r, rng.randrange(1, 9)):
-                    assert state_fingerprint(mm) == before
-            else:
-                r = req(f"r{i}", rng.choice(prefixes) + [rng.randrange(50, 99) for _ in range(rng.randrange(1, 40))])
-                hit = mm.lookup_prefix(r)
-                assert 0 <= hit < len(r.prompt_token_ids)
-                if mm.allocate(r, len(r.prompt_token_ids) - hit):
-                    running.append(r)
-            mm.begin_step()
-            check_invariants(mm)
-        for r in running:
-            mm.free(r)
-        check_invariants(mm)
+        shared_prefix_stream(mm, rng, failed_alloc_changes_nothing=True)
         assert mm.pool.band_bytes[LOW] == sum(mm.pool.cached[t] * mm.pool.page_bytes[t]
                                               for t in range(len(specs)) if mm.pool.band[t] == LOW)
 

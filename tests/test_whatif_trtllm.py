@@ -12,7 +12,7 @@ from conftest import req
 import jenga
 from jenga.baselines.trtllm import TOKENS_PER_BLOCK, blocks_per_window, reported_capacity, split
 from jenga.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec, SpecError
-from jenga.testing import check_invariants
+from jenga.testing import shared_prefix_stream
 
 
 def _prefill(mm, r, chunk: int = 64) -> bool:
@@ -185,24 +185,7 @@ def test_random_streams_keep_the_allocator_invariants(opts):
         rng = random.Random(seed)
         mm = jenga.make_manager("trtllm_pools", specs, 40_000 * rng.choice([3, 6, 12]), tokens_per_page=4,
                                 enable_prefix_cache=True, max_seq_len=256, **opts)
-        prefixes = [[rng.randrange(1, 50) for _ in range(rng.randrange(8, 120))] for _ in range(3)]
-        running = []
-        for i in range(60):
-            if running and rng.random() < 0.4:
-                mm.free(running.pop(rng.randrange(len(running))))
-            elif running and rng.random() < 0.5:
-                mm.allocate(rng.choice(running), rng.randrange(1, 9))
-            else:
-                r = req(f"r{i}", rng.choice(prefixes) + [rng.randrange(50, 99) for _ in range(rng.randrange(1, 40))])
-                hit = mm.lookup_prefix(r)
-                assert 0 <= hit < len(r.prompt_token_ids)
-                if mm.allocate(r, len(r.prompt_token_ids) - hit):
-                    running.append(r)
-            mm.begin_step()
-            check_invariants(mm)
-        for r in running:
-            mm.free(r)
-        check_invariants(mm)
+        shared_prefix_stream(mm, rng)
 
 
 def test_whatif_prints_a_rule_under_which_no_request_fits(capsys):
