@@ -34,11 +34,12 @@ def _paper_oom(figure: str) -> set[tuple[str, str, str]]:
 
 
 def _cells(figure: str, gpu: str):
-    """One (model, [(system, overrides)]) per cell of the experiment on ``gpu`` (seed 0)."""
-    p = plan(ROOT / "experiments" / f"{figure}.yaml", [f"gpu={gpu}", "seeds=0"])
+    """One (model, [(system, overrides)]) per cell and seed of the experiment on ``gpu``: each seed
+    draws its own requests, so each must fit (a seed-0-only check missed Gemma-2-9B's L4 seeds 1-2)."""
+    p = plan(ROOT / "experiments" / f"{figure}.yaml", [f"gpu={gpu}"])
     cells: dict[str, list] = {}
     for r in p.runs:
-        cells.setdefault(r.model, []).append((r.system, r.overrides))
+        cells.setdefault((r.model, r.seed), []).append((r.system, r.overrides))
     return list(cells.items())
 
 
@@ -57,7 +58,7 @@ def _longest(requests, k: int = 1):
 def test_every_cell_starts_and_admits_its_workload(figure, gpu):
     expected_oom = _paper_oom(figure)
     bad = []
-    for model, runs in _cells(figure, gpu):
+    for (model, seed), runs in _cells(figure, gpu):
         cfg = compose_cell(runs[0][1])
         profile = load_profile(cfg.model)
         requests = _longest(build_workload(cfg))   # systems share the workload (same seed, dataset)
@@ -69,7 +70,7 @@ def test_every_cell_starts_and_admits_its_workload(figure, gpu):
             if (analysis.paper_model(model), gpu, system) in expected_oom:
                 continue
             if not rep.ok:
-                bad.append(f"{model}/{system}: starts={rep.starts}, never fit {rep.never_fit}/"
+                bad.append(f"{model}/{system}/seed {seed}: starts={rep.starts}, never fit {rep.never_fit}/"
                            f"{rep.num_requests} longest {rep.reason}")
     assert not bad, f"{figure} on {gpu}: " + "; ".join(bad)
 
@@ -102,7 +103,7 @@ def test_character_70b_starts_only_above_the_default_utilization():
 def test_the_paper_oom_bar_is_reproduced_where_the_mechanism_gives_it():
     # Negative control for the check above: on L4 the paper marks Ministral's max-page bar OOM;
     # at our L4 setting max page cannot admit the longest request (its pages are the largest).
-    runs = dict(next(runs for model, runs in _cells("fig14", "l4") if model == "ministral_8b_fp8"))
+    runs = dict(next(runs for (model, _), runs in _cells("fig14", "l4") if model == "ministral_8b_fp8"))
     cfg = compose_cell(runs["max_page"])
     profile = load_profile(cfg.model)
     assert not fit_report(cfg, profile, _longest(build_workload(cfg))).ok
