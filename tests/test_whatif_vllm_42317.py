@@ -5,6 +5,7 @@ prefix); the fixes hit at concurrency 1."""
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import yaml
 
@@ -36,7 +37,7 @@ def test_fixes_hit_at_concurrency_one():
 
 
 def test_study_end_to_end(tmp_path):
-    study = yaml.safe_load(open("experiments/whatif/vllm_42317.yaml"))
+    study = yaml.safe_load(Path("experiments/whatif/vllm_42317.yaml").read_text())
     study.update(num_requests=8, concurrency=[1, 2], variants=study["variants"][:2])
     study["repeat"]["prompt_tokens"] = 9000
     path = tmp_path / "s.yaml"

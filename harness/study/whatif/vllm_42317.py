@@ -87,12 +87,12 @@ def report(study: dict, rows: list[dict], out: Path) -> str:
     lines = [f"# {study['name']}: {study['description']}", "", source_line(study), ""]
     lines += [f"- {q}" for q in rep.get("quotes", [])]
     lines += ["", SIM_NOTE, "",
-              f"Trace: {study['num_requests']} requests of {study['shared_tokens']:,} shared + "
+              (f"Trace: {study['num_requests']} requests of {study['shared_tokens']:,} shared + "
               f"{study['unique_tokens']:,} unique prompt tokens, {study.get('output_len', 32)} output tokens, "
               f"all waiting at t=0; concurrency = `max_num_seqs` (so no TTFT is shown: it would count the queue the "
-              f"benchmark client keeps on its side). Hit rate = hit prompt tokens / prompt tokens.",
-              "", "| variant | concurrency | max_num_batched_tokens | requests hit | max hit tokens | "
-              "hit rate (SIMULATED) | req/s (SIMULATED) | reported |",
+              f"benchmark client keeps on its side). Hit rate = hit prompt tokens / prompt tokens."),
+              "", ("| variant | concurrency | max_num_batched_tokens | requests hit | max hit tokens | "
+              "hit rate (SIMULATED) | req/s (SIMULATED) | reported |"),
               "|---|---|---|---|---|---|---|---|"]
     for r in (r for r in rows if r["trace"] == "shared_prefix"):
         said = rep["by_concurrency"].get(r["concurrency"], "-") if r["variant"] == study["variants"][0]["label"] else ""
@@ -102,8 +102,8 @@ def report(study: dict, rows: list[dict], out: Path) -> str:
     rep_rows = [r for r in rows if r["trace"] != "shared_prefix"]
     if rep_rows:
         n = study["repeat"]["prompt_tokens"]
-        lines += ["", f"vllm#51250's control: one {n:,}-token prompt sent twice at concurrency 1 "
-                  "(the second request's hit):", "",
+        lines += ["", (f"vllm#51250's control: one {n:,}-token prompt sent twice at concurrency 1 "
+                  "(the second request's hit):"), "",
                   "| variant | hit tokens (SIMULATED) | reported (Qwen3.6-27B, block 784, no drafter) |", "|---|---|---|"]
         lines += [f"| {r['variant']} | {r['max_hit_tokens']:,} | {study['repeat']['reported']} |" for r in rep_rows]
     lines += ["", study["finding"], ""]
