@@ -86,7 +86,7 @@ reproduce-fig14: $(STAMP)
 whatif: $(STAMP)
 	$(PY) -m harness.study.whatif experiments/whatif/hf_mem_70.yaml experiments/whatif/vllm_45238.yaml experiments/whatif/vllm_42317.yaml \
 		experiments/whatif/vllm_48435.yaml experiments/whatif/sglang_26907.yaml \
-		experiments/whatif/vllm_ascend_16270.yaml experiments/whatif/summary.yaml $(ARGS)
+		experiments/whatif/vllm_ascend_16270.yaml experiments/whatif/sglang_34441.yaml experiments/whatif/summary.yaml $(ARGS)
 micro: $(STAMP)
 	$(STUDY) experiments/micro.yaml $(ARGS)
 

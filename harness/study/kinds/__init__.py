@@ -48,6 +48,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     # the what-if lab (users' reported hybrid-KV symptoms): experiments/whatif/<name>.yaml
     *(Kind(name, "make whatif", runner="whatif") for name in
       ("hf_mem_70", "vllm_45238", "vllm_42317", "vllm_48435", "sglang_26907", "vllm_ascend_16270",
-       "summary")),
+       "sglang_34441", "summary")),
 )}
 DEFAULT_KIND = "figure"   # a file without ``kind:`` is a figure experiment (contract §3: cells × systems)
