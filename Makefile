@@ -84,9 +84,9 @@ reproduce-fig14: $(STAMP)
 # Issue 22: the hybrid KV what-if lab's studies (users' reports beside ours, results/whatif/); one model
 # at a time: `.venv/bin/python -m harness.whatif model=<zoo name | config.json> [workload=...]`.
 whatif: $(STAMP)
-	$(PY) -m harness.study.whatif experiments/whatif/hf_mem_70.yaml experiments/whatif/vllm_45238.yaml \
+	$(PY) -m harness.study.whatif experiments/whatif/hf_mem_70.yaml experiments/whatif/vllm_45238.yaml experiments/whatif/vllm_42317.yaml \
 		experiments/whatif/vllm_48435.yaml experiments/whatif/sglang_26907.yaml \
-		experiments/whatif/vllm_ascend_16270.yaml experiments/whatif/summary.yaml $(ARGS)
+		experiments/whatif/vllm_ascend_16270.yaml experiments/whatif/sglang_34441.yaml experiments/whatif/summary.yaml $(ARGS)
 micro: $(STAMP)
 	$(STUDY) experiments/micro.yaml $(ARGS)
 

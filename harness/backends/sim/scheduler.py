@@ -182,6 +182,11 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.target - seq.num_computed, budget)
+            if n < seq.target - seq.num_computed:
+                n = self._clip_chunk(seq, seq.num_computed, n)
+                if n <= 0:
+                    i += 1
+                    continue
             while not self.mm.allocate(seq.req, n):
                 victim = self.running.pop()      # the newest running request
                 self._preempt(victim)
@@ -263,8 +268,10 @@ class Scheduler:
                 self._blocked = (seq, self._reclaimable()) if not out else None
                 break
             n = seq.target - hit
-            if chunk:
-                n = min(n, budget)
+            if chunk and n > budget:
+                n = self._clip_chunk(seq, hit, budget)
+                if n <= 0:
+                    break
             elif out and n > budget:
                 break
             if not self.mm.allocate(seq.req, n):
@@ -287,6 +294,12 @@ class Scheduler:
             out.append(self._entry(seq, n))
             budget -= seq.target if (self._probe is not None and not chunk) else n
         return out
+
+    def _clip_chunk(self, seq: SeqState, start: int, n: int) -> int:
+        """The tokens a budget-limited prefill chunk of ``n`` tokens from ``start`` keeps (0: none this
+        step). The shared scheduler keeps all ``n``; a what-if study overrides it to model vLLM's
+        ``Scheduler._mamba_block_aligned_split`` (align mode: chunk ends on block boundaries)."""
+        return n
 
     @staticmethod
     def _entry(seq: SeqState, n: int) -> Scheduled:

@@ -47,6 +47,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("mamba_prefix", "make mamba-prefix"),
     # the what-if lab (users' reported hybrid-KV symptoms): experiments/whatif/<name>.yaml
     *(Kind(name, "make whatif", runner="whatif") for name in
-      ("hf_mem_70", "vllm_45238", "vllm_48435", "sglang_26907", "vllm_ascend_16270", "summary")),
+      ("hf_mem_70", "vllm_45238", "vllm_42317", "vllm_48435", "sglang_26907", "vllm_ascend_16270",
+       "sglang_34441", "summary")),
 )}
 DEFAULT_KIND = "figure"   # a file without ``kind:`` is a figure experiment (contract §3: cells × systems)

@@ -27,6 +27,10 @@ def run(study: dict, out: Path) -> list[dict]:
                     rows.append({**row, "error": str(e)})
                     continue
                 m, _ = simulate(rule, a, prof, reqs)
+                if m["throughput_req_s"] is None:   # nothing finished: every request refused by the pool
+                    rows.append({**row,
+                                 "error": f"no request finished ({m['num_ignored']} of {len(reqs)} refused)"})
+                    continue
                 rows.append({**row, "kv_capacity_tokens": st["kv_capacity_tokens"], "max_concurrency": st["max_concurrency"],
                              "block_size_tokens": max(st["block_size_tokens"].values()),
                              "prefix_hit_rate": round(m["prefix_hit_rate"], 4),
@@ -88,7 +92,12 @@ def report(study: dict, rows: list[dict], out: Path) -> str:
     for k in sorted(cap):
         lines.append(f"| {k[0]} | {k[1]} | {fmt(cap[k])} | {fmt(hit[k])} | {fmt(thr[k])} |")
     errs = sorted({(r["model"], r["rule"], r["error"]) for r in rows if "error" in r})
-    if errs:
-        lines += ["", "Refused at start-up (the engine's own rule): " + "; ".join(f"{m}/{r}" for m, r, _ in errs) + "."]
+    boot = [(m, r) for m, r, e in errs if not e.startswith("no request finished")]
+    idle = [(m, r, e) for m, r, e in errs if e.startswith("no request finished")]
+    if boot:
+        lines += ["", "Refused at start-up (the engine's own rule): " + "; ".join(f"{m}/{r}" for m, r in boot) + "."]
+    if idle:
+        lines += ["", "Started but served nothing (every request refused by its pool; left out of the ranking): "
+                  + "; ".join(f"{m}/{r} ({e[len('no request finished ('):-1]})" for m, r, e in idle) + "."]
     lines += ["", study.get("finding", ""), ""]
     return "\n".join(lines)
