@@ -47,9 +47,12 @@ def winners(rows, key):
     res = {}
     for k, rs in out.items():
         rs = sorted(rs, key=lambda r: r[key], reverse=True)
-        best, second = rs[0], (rs[1] if len(rs) > 1 else None)
-        margin = (best[key] / second[key] - 1) if second and second[key] else None
-        res[k] = (best["rule"], best[key], margin)
+        best = rs[0]
+        # Rules within 0.5 % of the best share the lead; the margin is over the next rule after them.
+        leaders = [r["rule"] for r in rs if best[key] and r[key] >= best[key] / 1.005] or [best["rule"]]
+        nxt = rs[len(leaders)] if len(rs) > len(leaders) else None
+        margin = (best[key] / nxt[key] - 1) if nxt and nxt[key] else None
+        res[k] = (" = ".join(leaders), best[key], margin)
     return res
 
 
@@ -62,7 +65,7 @@ def _figure(study, rows, out):
     models = [e["model"] for e in study["models"]]
     rules = study["rules"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    for ax, key, lab in ((axes[0], "kv_capacity_tokens", "KV capacity (tokens, engine arithmetic)"),
+    for ax, key, lab in ((axes[0], "max_concurrency", "max concurrency at max_model_len (engine arithmetic)"),
                          (axes[1], "throughput_req_s", f"req/s on '{wl}' (SIMULATED)")):
         width = 0.8 / len(rules)
         for i, rule in enumerate(rules):
@@ -79,15 +82,18 @@ def _figure(study, rows, out):
 
 
 def report(study: dict, rows: list[dict], out: Path) -> str:
-    cap, hit, thr = winners(rows, "kv_capacity_tokens"), winners(rows, "prefix_hit_rate"), winners(rows, "throughput_req_s")
+    # Capacity is ranked by max concurrency at max_model_len: each engine reports KV capacity in its own
+    # unit (TensorRT-LLM its full-attention pool's tokens, vLLM concurrency x max_model_len, SGLang its
+    # full pool), but how many max_model_len requests fit at once means the same under every rule.
+    cap, hit, thr = winners(rows, "max_concurrency"), winners(rows, "prefix_hit_rate"), winners(rows, "throughput_req_s")
     lines = [f"# {study['name']}: {study['description']}", "", SIM_NOTE, "",
-             "| model | workload | most capacity (margin over next) | most hits (margin) | most throughput (margin, SIMULATED) |",
+             "| model | workload | most capacity: max concurrency at max_model_len (margin over next) | most hits (margin) | most throughput (margin, SIMULATED) |",
              "|---|---|---|---|---|"]
 
     def fmt(x):
         rule, _, m = x
-        if m is not None and m < 0.005:
-            return "tie (within 0.5 %)"
+        if m is None and " = " in rule:
+            return "all tie (within 0.5 %)"
         return f"{rule} ({'n/a' if m is None else f'+{100 * m:.1f} %'})"
     for k in sorted(cap):
         lines.append(f"| {k[0]} | {k[1]} | {fmt(cap[k])} | {fmt(hit[k])} | {fmt(thr[k])} |")
