@@ -9,10 +9,12 @@ read from disk. What each architecture's fields mean follows the HF ``configurat
   ``linear_attention`` / ``mamba`` / ``attention``), else Gemma-3's ``sliding_window_pattern``,
   Gemma-2's alternation, Qwen3-Next's ``full_attention_interval``, Nemotron-H's
   ``hybrid_override_pattern`` (``M`` Mamba-2, ``*`` attention, ``-`` MLP), Jamba's
-  ``attn_layer_period/offset``, Llama-4's ``attention_chunk_size`` with ``no_rope_layer_interval``;
+  ``attn_layer_period/offset``, Llama-4's ``attention_chunk_size`` with ``no_rope_layer_interval``,
+  MiniMax's ``attn_type_list``;
 - Gemma-4's per-type KV shapes (``num_global_key_value_heads``, ``global_head_dim``);
 - recurrent states with vLLM's shapes (``harness.models.linear_state_bytes``): gated DeltaNet
-  (``linear_*`` keys), Mamba-2 (``mamba_num_heads``/``mamba_n_heads`` ...), Mamba-1 (Jamba).
+  (``linear_*`` keys), Mamba-2 (``mamba_num_heads``/``mamba_n_heads`` ...), Mamba-1 (Jamba), MiniMax
+  lightning attention (``attn_type_list``).
 
 A config whose fields the loader cannot place raises one :class:`ConfigJsonError` naming the file,
 the ``model_type`` and every missing field, before anything else runs. Parameter counts are
@@ -61,6 +63,13 @@ def _kinds(c: dict, need: list[str]) -> list[str] | None:
             need.append(f"layer_types values {bad} (known: {sorted(table)})")
             return None
         return [table[x] for x in lt]
+    if isinstance(c.get("attn_type_list"), list) and c["attn_type_list"]:
+        # MiniMax-Text-01 / MiniMax-M1: 0 = lightning (linear) attention, 1 = softmax attention
+        bad = sorted({x for x in c["attn_type_list"] if x not in (0, 1)})
+        if bad:
+            need.append(f"attn_type_list values {bad} (known: 0 lightning, 1 softmax)")
+            return None
+        return ["full" if x == 1 else "mamba" for x in c["attn_type_list"]]
     if isinstance(c.get("hybrid_override_pattern"), str):
         pat = c["hybrid_override_pattern"]
         bad = sorted(set(pat) - set("M*-"))
@@ -100,7 +109,10 @@ def _linear_state(c: dict, need: list[str], kinds: list[str]) -> dict | None:
     # mamba_ssm_cache_dtype, else float32; Qwen3.5 in mamba_ssm_dtype; others in the model dtype.
     default = "float32" if c.get("model_type") == "nemotron_h" else (c.get("torch_dtype") or c.get("dtype") or "bfloat16")
     ssm_dtype = c.get("mamba_ssm_cache_dtype") or c.get("mamba_ssm_dtype") or default
-    if "linear_num_value_heads" in c or "linear_key_head_dim" in c:  # gated DeltaNet (Qwen3-Next / Qwen3.5)
+    if "attn_type_list" in c:  # MiniMax lightning attention: a (heads, head_dim, head_dim) state per layer
+        keys = {"num_heads": "num_attention_heads", "head_dim": "head_dim"}
+        kind = "linear_attention"
+    elif "linear_num_value_heads" in c or "linear_key_head_dim" in c:  # gated DeltaNet (Qwen3-Next / Qwen3.5)
         keys = {"num_k_heads": "linear_num_key_heads", "num_v_heads": "linear_num_value_heads",
                 "head_k_dim": "linear_key_head_dim", "head_v_dim": "linear_value_head_dim",
                 "conv_kernel": "linear_conv_kernel_dim"}

@@ -34,8 +34,8 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "float32": 4}
 EXPERT_DTYPE_BYTES = {"mxfp4": (4 + 8 / 32) / 8}
 LAYER_KINDS = ("full", "sliding", "chunked", "mamba", "cross", "token_drop", "mlp")
 # "mlp": a decoder layer with no token mixer and so no cache (Nemotron-H's "-" blocks); "mamba" is
-# any recurrent-state mixer: Mamba-1 (the ``mamba:`` section), Mamba-2 or gated DeltaNet
-# (``extra.linear_state``, see :func:`linear_state_bytes`).
+# any recurrent-state mixer: Mamba-1 (the ``mamba:`` section), Mamba-2, gated DeltaNet or lightning
+# (linear) attention (``extra.linear_state``, see :func:`linear_state_bytes`).
 CACHELESS_KINDS = frozenset({"mlp"})
 
 
@@ -177,6 +177,9 @@ LINEAR_STATE_KEYS = {
     # vLLM ``MambaStateShapeCalculator.gated_delta_net_state_shape``: conv (2 k_heads k_dim +
     # v_heads v_dim, conv_kernel - 1), recurrent (v_heads, k_dim, v_dim).
     "gdn": ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel"),
+    # vLLM ``MambaStateShapeCalculator.linear_attention_state_shape`` (MiniMax lightning attention,
+    # ``MambaAttentionBackendEnum.LINEAR``): one state (num_heads, head_dim, head_dim), no conv state.
+    "linear_attention": ("num_heads", "head_dim"),
 }
 
 
@@ -197,6 +200,8 @@ def linear_state_bytes(m: dict) -> tuple[int, int]:
         d_inner = ls["num_heads"] * ls["head_dim"]
         conv = (ls["d_conv"] - 1) * (d_inner + 2 * ls["n_groups"] * ls["d_state"])
         ssm = ls["num_heads"] * ls["head_dim"] * ls["d_state"]
+    elif kind == "linear_attention":
+        conv, ssm = 0, ls["num_heads"] * ls["head_dim"] * ls["head_dim"]
     else:
         conv = (2 * ls["num_k_heads"] * ls["head_k_dim"] + ls["num_v_heads"] * ls["head_v_dim"]) * (ls["conv_kernel"] - 1)
         ssm = ls["num_v_heads"] * ls["head_k_dim"] * ls["head_v_dim"]
@@ -204,8 +209,9 @@ def linear_state_bytes(m: dict) -> tuple[int, int]:
 
 
 def _linear_mixer_params(m: dict) -> int:
-    """Parameters of one Mamba-2 / gated-DeltaNet mixer (HF ``NemotronHMamba2Mixer`` /
-    ``Qwen3NextGatedDeltaNet`` weight shapes; biases and norms included)."""
+    """Parameters of one Mamba-2 / gated-DeltaNet / lightning-attention mixer (HF
+    ``NemotronHMamba2Mixer`` / ``Qwen3NextGatedDeltaNet`` / ``MiniMaxM1LightningAttention`` weight
+    shapes; biases and norms included)."""
     ls, h = m["extra"]["linear_state"], m["hidden_size"]
     if ls["kind"] == "mamba2":
         nh, hd, ds, ng, dc = ls["num_heads"], ls["head_dim"], ls["d_state"], ls["n_groups"], ls["d_conv"]
@@ -213,6 +219,11 @@ def _linear_mixer_params(m: dict) -> int:
         conv_dim = di + 2 * ng * ds
         # in_proj -> (z, x, B, C, dt); depthwise conv (+bias); dt_bias, A_log, D; gated norm; out_proj
         return h * (2 * di + 2 * ng * ds + nh) + conv_dim * (dc + 1) + 3 * nh + di + di * h
+    if ls["kind"] == "linear_attention":
+        # MiniMax lightning attention (MiniMax-AI/MiniMax-M1 modeling_minimax_m1.py
+        # ``MiniMaxM1LightningAttention``): qkv_proj, output_gate, out_proj (no biases), norm
+        d = ls["num_heads"] * ls["head_dim"]
+        return h * 3 * d + h * d + d * h + d
     kd, vd = ls["num_k_heads"] * ls["head_k_dim"], ls["num_v_heads"] * ls["head_v_dim"]
     conv_dim = 2 * kd + vd
     # in_proj_qkvz, in_proj_ba, depthwise conv (no bias), dt_bias, A_log, norm (head_v_dim), out_proj

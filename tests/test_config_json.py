@@ -38,6 +38,21 @@ GEMMA4_31B = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type":
     "global_head_dim": 512, "vocab_size": 262144, "sliding_window": 1024, "tie_word_embeddings": True,
     "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 10, "dtype": "bfloat16"}}
 
+MINIMAX_M1 = {  # github.com/MiniMax-AI/MiniMax-M1 config.json (fields used; no torch_dtype published)
+    "architectures": ["MiniMaxM1ForCausalLM"], "model_type": "minimax_m1", "num_hidden_layers": 80,
+    "hidden_size": 6144, "intermediate_size": 9216, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "head_dim": 128, "num_local_experts": 32, "num_experts_per_tok": 2, "shared_intermediate_size": 0,
+    "vocab_size": 200064, "max_position_embeddings": 10240000, "tie_word_embeddings": False,
+    "attn_type_list": ([0] * 7 + [1]) * 10}
+GRANITE_H_SMALL = {  # ibm-granite/granite-4.0-h-small config.json (fields used)
+    "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "num_hidden_layers": 40,
+    "hidden_size": 4096, "intermediate_size": 768, "shared_intermediate_size": 1536, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "num_local_experts": 72, "num_experts_per_tok": 10, "vocab_size": 100352,
+    "max_position_embeddings": 131072, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+    "mamba_n_heads": 128, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "layer_types": (["mamba"] * 5 + ["attention"] + ["mamba"] * 4) * 4}
+
 
 def _write(tmp_path, name, cfg):
     d = tmp_path / name
@@ -52,7 +67,8 @@ def _shape(specs):
 
 
 @pytest.mark.parametrize("zoo,cfg", [("gpt_oss_20b", GPT_OSS_20B), ("qwen3_next_80b_a3b", QWEN3_NEXT),
-                                     ("nemotron_nano_9b_v2", NEMOTRON), ("gemma4_31b", GEMMA4_31B)])
+                                     ("nemotron_nano_9b_v2", NEMOTRON), ("gemma4_31b", GEMMA4_31B),
+                                     ("minimax_m1", MINIMAX_M1), ("granite_4_0_h_small", GRANITE_H_SMALL)])
 def test_config_json_gives_the_zoo_specs(tmp_path, zoo, cfg):
     got = profile_from_config_json(_write(tmp_path, zoo, cfg))
     want = load_profile(compose_cell([f"model={zoo}"]).model)

@@ -16,7 +16,8 @@ pytestmark = [pytest.mark.vllm,
 
 HYBRIDS = ["gemma3_4b", "gemma3_12b", "gemma3_27b", "gemma4_31b", "gpt_oss_20b", "gpt_oss_120b",
            "qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2", "nemotron_h_8b",
-           "nemotron_h_47b", "nemotron_h_56b", "jamba_1_5_mini"]
+           "nemotron_h_47b", "nemotron_h_56b", "jamba_1_5_mini", "gemma4_26b_a4b", "granite_4_0_h_small",
+           "granite_4_0_h_tiny", "falcon_h1_7b", "minimax_m1"]
 GiB = 1 << 30
 
 
@@ -25,7 +26,8 @@ def _profile(name):
 
 
 @pytest.mark.parametrize("name", ["qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2",
-                                  "nemotron_h_8b", "nemotron_h_47b", "nemotron_h_56b"])
+                                  "nemotron_h_8b", "nemotron_h_47b", "nemotron_h_56b", "granite_4_0_h_small",
+                                  "granite_4_0_h_tiny", "falcon_h1_7b", "minimax_m1"])
 def test_state_bytes_match_vllms_shape_calculator(name):
     import math
 
@@ -36,11 +38,13 @@ def test_state_bytes_match_vllms_shape_calculator(name):
     if ls.kind == "gdn":
         shapes = C.gated_delta_net_state_shape(1, ls.num_k_heads, ls.num_v_heads, ls.head_k_dim, ls.head_v_dim,
                                                ls.conv_kernel)
+    elif ls.kind == "linear_attention":  # MiniMax lightning attention: one (heads, d, d) state, no conv
+        shapes = (None,) + C.linear_attention_state_shape(num_heads=ls.num_heads, tp_size=1, head_dim=ls.head_dim)
     else:
         shapes = C.mamba2_state_shape(1, ls.num_heads * ls.head_dim, ls.n_groups, ls.num_heads, ls.head_dim,
                                       ls.d_state, ls.d_conv)
     size = {"bfloat16": 2, "float32": 4}
-    conv, state = (math.prod(s) for s in shapes)
+    conv, state = (0 if s is None else math.prod(s) for s in shapes)
     want = conv * 2 + state * size[ls.state_dtype]
     spec = next(s for s in _profile(name).specs if s.kind == "mamba")
     assert spec.state_bytes_per_layer == want

@@ -74,7 +74,9 @@ def split_mamba_ratio(profile: ModelProfile, tokens_per_page: int = 16) -> tuple
     n = mamba[0].num_layers
     pages = [s.small_page_bytes(tokens_per_page) for s in profile.specs if s.kind != "mamba"]
     attn = min(pages)
-    states = [profile.extra["mamba_conv_bytes_per_layer"] * n, profile.extra["mamba_ssm_bytes_per_layer"] * n]
+    # A state with no conv part (MiniMax lightning attention) is one type either way.
+    states = [b * n for b in (profile.extra["mamba_conv_bytes_per_layer"], profile.extra["mamba_ssm_bytes_per_layer"])
+              if b]
     large = math.lcm(*pages, *states)
     return large // attn, math.ceil(tokens_per_page * max(states) / attn)
 
