@@ -58,6 +58,7 @@ from __future__ import annotations
 from jenga.baselines.sglang import SglangPools, sglang_split
 from jenga.evictor import PrefixSubsetEvictor
 from jenga.journal import Journal
+from jenga.pools.flat import CachedPages
 from jenga.spec import FullAttentionSpec, MambaSpec, SpecError
 
 ENGINE_VERSION = ("SGLang srt main 2026-08 (--enable-unified-memory: UnifiedKVPool + MultiEndedAllocator, "
@@ -82,7 +83,7 @@ def _add(s, x, _=None):
     s.add(x)
 
 
-class UnifiedArenaPool:
+class UnifiedArenaPool(CachedPages):
     """One byte arena; each type's pages live in the band of its sub-pool, bands packed from their
     end (eager compaction), the free *gap* between them shared (see the module docstring).
 
@@ -267,17 +268,6 @@ class UnifiedArenaPool:
     def free(self, t: int, sid: int) -> None:
         self.used[t] -= 1
         self._release(t, sid)
-
-    def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
-        self.used[t] -= 1
-        self.cached[t] += 1
-        self.evictor.add(t, sid, ts, plen)
-
-    def from_cached(self, t: int, sid: int) -> tuple[int, int]:
-        key = self.evictor.remove(t, sid)
-        self.cached[t] -= 1
-        self.used[t] += 1
-        return key
 
     def release_owner(self, owner: object) -> None:
         return None

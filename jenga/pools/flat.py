@@ -14,7 +14,40 @@ from jenga.journal import Journal, journal_flat_pool
 from jenga.pools.lcm import EvictHook, _append, _pop
 
 
-class FlatPagePool:
+class CachedPages:
+    """The cached-page half of a pool whose cached pages only move between its per-type ``used``
+    and ``cached`` counts and one :class:`PrefixSubsetEvictor` (the flat pool, SGLang's unified
+    arena): a cached page keeps its place, so caching or hitting it touches nothing else."""
+
+    used: list[int]
+    cached: list[int]
+    evictor: PrefixSubsetEvictor
+
+    def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
+        self.used[t] -= 1
+        self.cached[t] += 1
+        self.evictor.add(t, sid, ts, plen)
+
+    def from_cached(self, t: int, sid: int) -> tuple[int, int]:
+        key = self.evictor.remove(t, sid)
+        self.cached[t] -= 1
+        self.used[t] += 1
+        return key
+
+    def cache_many(self, t: int, sids: list[int], ts: int, plens: list[int]) -> None:
+        """:meth:`to_cached` of every page in ``sids`` at one timestamp."""
+        self.used[t] -= len(sids)
+        self.cached[t] += len(sids)
+        self.evictor.add_many(t, sids, ts, plens)
+
+    def uncache_many(self, t: int, sids: list[int]) -> list[tuple[int, int]]:
+        """:meth:`from_cached` of every page in ``sids``; their old eviction keys."""
+        self.cached[t] -= len(sids)
+        self.used[t] += len(sids)
+        return self.evictor.remove_many(t, sids)
+
+
+class FlatPagePool(CachedPages):
     """Equal-size pages shared by every type; one free stack and one LRU queue of cached pages."""
 
     def __init__(self, num_types: int, page_bytes: int, capacity_bytes: int, enable_cache: bool = False,
@@ -126,28 +159,6 @@ class FlatPagePool:
         if self._j is not None:
             self._j.call(_pop, self.free_pages)
 
-    def to_cached(self, t: int, sid: int, ts: int, plen: int) -> None:
-        self.used[t] -= 1
-        self.cached[t] += 1
-        self.evictor.add(t, sid, ts, plen)
-
-    def from_cached(self, t: int, sid: int) -> tuple[int, int]:
-        key = self.evictor.remove(t, sid)
-        self.cached[t] -= 1
-        self.used[t] += 1
-        return key
-
-    def cache_many(self, t: int, sids: list[int], ts: int, plens: list[int]) -> None:
-        """:meth:`to_cached` of every page in ``sids`` at one timestamp."""
-        self.used[t] -= len(sids)
-        self.cached[t] += len(sids)
-        self.evictor.add_many(t, sids, ts, plens)
-
-    def uncache_many(self, t: int, sids: list[int]) -> list[tuple[int, int]]:
-        """:meth:`from_cached` of every page in ``sids``; their old eviction keys."""
-        self.cached[t] -= len(sids)
-        self.used[t] += len(sids)
-        return self.evictor.remove_many(t, sids)
 
     def release_owner(self, owner: object) -> None:
         return None
