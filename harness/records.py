@@ -126,7 +126,9 @@ def provenance(config: dict[str, Any] | None = None) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             continue
     versions["python"] = platform.python_version()
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    # Dirty = a tracked file that can change a number differs from HEAD; results/ is the output, so
+    # regenerating several studies in a row does not mark the later ones dirty.
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return {
         "git_rev": _git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None,
         "code_fingerprint": code_fingerprint(),

@@ -73,3 +73,21 @@ def test_code_fingerprint_is_part_of_the_cell_key(monkeypatch):
     monkeypatch.setattr(records, "_code_fp", "other-code")
     monkeypatch.setattr(run, "code_fingerprint", records.code_fingerprint)
     assert run.cell_dir(cfg) != here
+
+
+def test_dirty_flag_ignores_the_results_folder(monkeypatch):
+    """Regenerating several studies in a row writes results/ between them; only a changed tracked
+    file outside results/ marks a record dirty (a negative control: an entry outside results/ does)."""
+    from harness import records
+
+    def fake_git(*args):
+        if args[:1] == ("status",):
+            assert ":(exclude)results" in args, args
+            return fake_git.status
+        return "0" * 40
+
+    monkeypatch.setattr(records, "_git", fake_git)
+    fake_git.status = ""
+    assert records.provenance()["dirty"] is False
+    fake_git.status = " M jenga/spec.py"
+    assert records.provenance()["dirty"] is True
