@@ -95,14 +95,20 @@ def _gemm_predict(params, rows) -> np.ndarray:
     return np.array(out)
 
 
-def fit_gemm(rows: list[dict]) -> dict:
+def _fit_blended(predict, rows: list[dict], x0: list[float], max_floor_us: float) -> dict:
+    """Least-squares fit, in log time, of a blended roofline ``predict((mfu, mbu, blend, floor_s),
+    rows)`` (the GEMM and the fused-MoE curves share the form, not the constants)."""
     y = np.log([r["value_s"] for r in rows])
 
     def resid(x):
-        return np.log(_gemm_predict((*x[:3], x[3] * 1e-6), rows)) - y
-    sol = least_squares(resid, x0=[0.7, 0.8, 2.0, 3.0], bounds=([0.05, 0.05, 0.3, 0.0], [1.0, 1.0, 20.0, 100.0]))
+        return np.log(predict((*x[:3], x[3] * 1e-6), rows)) - y
+    sol = least_squares(resid, x0=x0, bounds=([0.05, 0.05, 0.3, 0.0], [1.0, 1.0, 20.0, max_floor_us]))
     mfu, mbu, blend, floor_us = (float(v) for v in sol.x)
     return {"mfu": mfu, "mbu": mbu, "blend": blend, "floor_s": floor_us * 1e-6}
+
+
+def fit_gemm(rows: list[dict]) -> dict:
+    return _fit_blended(_gemm_predict, rows, [0.7, 0.8, 2.0, 3.0], 100.0)
 
 
 def predict_gemm(const: dict, rows: list[dict]) -> np.ndarray:
@@ -210,13 +216,7 @@ def _moe_predict(params, rows) -> np.ndarray:
 
 
 def fit_fused_moe(rows: list[dict]) -> dict:
-    y = np.log([r["value_s"] for r in rows])
-
-    def resid(x):
-        return np.log(_moe_predict((*x[:3], x[3] * 1e-6), rows)) - y
-    sol = least_squares(resid, x0=[0.5, 0.8, 2.0, 20.0], bounds=([0.05, 0.05, 0.3, 0.0], [1.0, 1.0, 20.0, 200.0]))
-    mfu, mbu, blend, floor_us = (float(v) for v in sol.x)
-    return {"mfu": mfu, "mbu": mbu, "blend": blend, "floor_s": floor_us * 1e-6}
+    return _fit_blended(_moe_predict, rows, [0.5, 0.8, 2.0, 20.0], 200.0)
 
 
 def predict_fused_moe(const: dict, rows: list[dict]) -> np.ndarray:
