@@ -17,11 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig
 from tqdm import tqdm
 
 from harness.config import compose_cell
 from harness.records import REPO_ROOT, finished_record, read_record
-from harness.run import cell_dir, run_overrides
+from harness.run import cell_dir, run_cell, run_overrides
 from harness.study.inputs import inputs_for
 from harness.study.kinds import KINDS
 from harness.study.plan import Plan
@@ -37,11 +38,17 @@ def default_out(name: str, mode: str) -> Path:
     return (SMOKE_ROOT if mode == "smoke" else REPO_ROOT / "results") / name
 
 
-def run_one(overrides: list[str], force: bool = False) -> dict[str, Any]:
+def run_one(overrides: list[str], force: bool = False, cfg: DictConfig | None = None) -> dict[str, Any]:
     """One cell's record; any exception becomes a failure record (the study goes on). Not
-    BaseException: ctrl-C must stop the study."""
+    BaseException: ctrl-C must stop the study. ``cfg``: the cell's config as the study's check
+    composed it from ``overrides`` (the pool worker then does not compose it again)."""
     try:
-        return run_overrides(list(overrides) + (["force=true"] if force else []))
+        if cfg is None:
+            return run_overrides(list(overrides) + (["force=true"] if force else []))
+        if force:
+            cfg = cfg.copy()
+            cfg.force = True
+        return run_cell(cfg, list(overrides) + (["force=true"] if force else []))
     except Exception as exc:  # noqa: BLE001
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "overrides": list(overrides)}
 
@@ -84,10 +91,14 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int, desc: s
 
 
 def run_inline(overrides: Sequence[list[str]], jobs: int, force: bool = False, progress: bool = True,
-               desc: str = "cells", on_result=None) -> list[dict[str, Any]]:
+               desc: str = "cells", on_result=None, cfgs: Sequence[DictConfig] | None = None
+               ) -> list[dict[str, Any]]:
     """Every cell with joblib (``jobs`` processes; 1 = in this process), records in plan order,
-    a progress bar, ctrl-C stops the pool (:func:`run_tasks`)."""
-    return run_tasks(run_one, [(list(o), force) for o in overrides], jobs, desc, progress, on_result)
+    a progress bar, ctrl-C stops the pool (:func:`run_tasks`). ``cfgs``: the cells' configs, checked
+    and composed already (:func:`harness.study.cli.check_cells`), else each cell composes its own."""
+    cfgs = list(cfgs) if cfgs is not None else [None] * len(overrides)
+    return run_tasks(run_one, [(list(o), force, c) for o, c in zip(overrides, cfgs, strict=True)], jobs, desc,
+                     progress, on_result)
 
 
 def launcher_command(study: str | Path, n_cells: int, cli_overrides: list[str], launcher: str, jobs: int,
@@ -133,18 +144,19 @@ def run_launcher(study: str | Path, name: str, overrides: Sequence[list[str]], c
     return collect(overrides)
 
 
-def run_cells(args, study_path: str | Path, name: str, overrides: Sequence[list[str]], on_result=None
-              ) -> list[dict[str, Any]]:
-    """The cells of a planned study, by ``args.launcher`` (inline: joblib pool in this process)."""
+def run_cells(args, study_path: str | Path, name: str, overrides: Sequence[list[str]], on_result=None,
+              cfgs: Sequence[DictConfig] | None = None) -> list[dict[str, Any]]:
+    """The cells of a planned study, by ``args.launcher`` (inline: joblib pool in this process, with
+    the configs ``cfgs`` the study's check composed, when given)."""
     launcher = getattr(args, "launcher", "inline")
     if launcher == "inline":
-        return run_inline(overrides, args.jobs, args.force, not args.no_progress, f"{name} cells", on_result)
+        return run_inline(overrides, args.jobs, args.force, not args.no_progress, f"{name} cells", on_result, cfgs)
     hydra_args = (getattr(args, "hydra", "") or "").split()
     return run_launcher(study_path, name, overrides, list(args.overrides), launcher, args.jobs, args.force,
                         hydra_args)
 
 
-def run_study(args, p: Plan) -> int:
+def run_study(args, p: Plan, cfgs: Sequence[DictConfig] | None = None) -> int:
     """Run the planned cells (each distinct error printed once, when it first happens; repeats
     counted), hand the records to the kind's ``report`` and print the tally. Exit status 0 when
     every cell ran, or (a kind with ``partial_ok``: figures show failed bars) when some did."""
@@ -161,7 +173,7 @@ def run_study(args, p: Plan) -> int:
     kind = KINDS[p.kind]
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    records = run_cells(args, args.experiment, p.name, [r.overrides for r in p.runs], note)
+    records = run_cells(args, args.experiment, p.name, [r.overrides for r in p.runs], note, cfgs)
     wall = time.perf_counter() - t0
     for err, n in seen.items():
         if n > 1:
