@@ -70,9 +70,9 @@ ENGINE_OF = {"vllm_hma": "vLLM 0.32.0 (hybrid KV cache manager)",
                              "model_runner_kv_cache_mixin 001ccef0)",
              "sglang_unified": "SGLang srt main 2026-08 (--enable-unified-memory, sglang#29678; "
                                "before sglang#36713's fix)",
-             "trtllm_pools": "TensorRT-LLM main 2026-08 (V1 KV cache manager: one pool per window size, "
-                             "calculateWindowSizeToShare split, tokens_per_block 32; hybrid Mamba: "
-                             "CppMambaHybridCacheManager, _calculate_max_num_blocks_for_linear_attention)",
+             "trtllm_pools": "TensorRT-LLM main 2026 (PyTorch backend, V1 KV cache manager: one pool per window "
+                             "size, calculate_max_num_blocks_for_vswa equal split, tokens_per_block 32; hybrid "
+                             "Mamba: CppMambaHybridCacheManager, _calculate_max_num_blocks_for_linear_attention)",
              "jenga": "Jenga (SOSP'25 LCM allocator, this repository)"}
 TOP_KEYS = {"model", "gpu", "tp", "workload", "trace", "rules", "num_requests", "seed", "jobs"}
 ENGINE_KEYS = {"enable_prefix_caching", "max_model_len", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
