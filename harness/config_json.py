@@ -205,6 +205,10 @@ def model_conf_from_config_json(path: str | Path) -> dict:
     if qm == "mxfp4":
         extra["expert_weight_dtype"] = "mxfp4"
     inter = c.get("intermediate_size")
+    if not moe and c.get("shared_intermediate_size"):
+        # GraniteMoeHybrid with num_local_experts 0 (granite-4.0-h-micro): HF's decoder layer runs only
+        # shared_mlp, whose width is shared_intermediate_size; intermediate_size is the (absent) experts'.
+        inter = c["shared_intermediate_size"]
     if inter is None:
         inter = moe.get("expert_intermediate_size") or 4 * int(c["hidden_size"])
         assumed.append("intermediate_size")

@@ -187,6 +187,16 @@ def linear_state_bytes(m: dict) -> tuple[int, int]:
     """(conv bytes, recurrent-state bytes) of one layer of kind "mamba" described by
     ``extra.linear_state`` (shapes as vLLM's ``mamba_utils.MambaStateShapeCalculator``; the conv state
     in ``conv_dtype``, default the model dtype; the recurrent state in ``state_dtype``)."""
+    conv, ssm = linear_state_elems(m)  # validates extra.linear_state
+    ls, name = m["extra"]["linear_state"], m["name"]
+    cb = _dtype_bytes(ls.get("conv_dtype", m["dtype"]), "extra.linear_state.conv_dtype", name)
+    sb = _dtype_bytes(ls["state_dtype"], "extra.linear_state.state_dtype", name)
+    return conv * cb, ssm * sb
+
+
+def linear_state_elems(m: dict) -> tuple[int, int]:
+    """(conv elements, recurrent-state elements) of one layer described by ``extra.linear_state``:
+    the shapes alone, so an engine with its own state dtypes (SGLang) can size them."""
     ls = (m.get("extra") or {}).get("linear_state") or {}
     kind, name = ls.get("kind"), m["name"]
     if kind not in LINEAR_STATE_KEYS:
@@ -194,8 +204,6 @@ def linear_state_bytes(m: dict) -> tuple[int, int]:
     missing = [k for k in LINEAR_STATE_KEYS[kind] + ("state_dtype",) if k not in ls]
     if missing:
         raise ModelConfigError(f"model {name}: extra.linear_state ({kind}) lacks {missing}")
-    cb = _dtype_bytes(ls.get("conv_dtype", m["dtype"]), "extra.linear_state.conv_dtype", name)
-    sb = _dtype_bytes(ls["state_dtype"], "extra.linear_state.state_dtype", name)
     if kind == "mamba2":
         d_inner = ls["num_heads"] * ls["head_dim"]
         conv = (ls["d_conv"] - 1) * (d_inner + 2 * ls["n_groups"] * ls["d_state"])
@@ -205,7 +213,7 @@ def linear_state_bytes(m: dict) -> tuple[int, int]:
     else:
         conv = (2 * ls["num_k_heads"] * ls["head_k_dim"] + ls["num_v_heads"] * ls["head_v_dim"]) * (ls["conv_kernel"] - 1)
         ssm = ls["num_v_heads"] * ls["head_k_dim"] * ls["head_v_dim"]
-    return conv * cb, ssm * sb
+    return conv, ssm
 
 
 def _linear_mixer_params(m: dict) -> int:
@@ -340,17 +348,19 @@ def _specs(m: dict, kinds: list[str]) -> tuple[list[LayerTypeSpec], dict]:
             specs.append(MambaSpec("mamba", n, conv + ssm, c, state_bytes_per_layer=conv + ssm,
                                    conv_bytes_per_layer=conv, checkpoint_interval=ci))
             extra["mamba_conv_bytes_per_layer"], extra["mamba_ssm_bytes_per_layer"] = conv, ssm
+            extra["mamba_state_elems_per_layer"] = linear_state_elems(m)
         elif kind == "mamba":
             mb = m.get("mamba")
             if not mb:
                 raise ModelConfigError(f"model {name}: mamba layers need a mamba: section")
             sb = _dtype_bytes(mb["state_dtype"], "mamba.state_dtype", name)
             # vLLM's cache shapes: conv state (d_inner, d_conv - 1), SSM state (d_inner, d_state).
-            conv = mb["d_inner"] * (mb["d_conv"] - 1) * sb
-            ssm = mb["d_inner"] * mb["d_state"] * sb
+            elems = (mb["d_inner"] * (mb["d_conv"] - 1), mb["d_inner"] * mb["d_state"])
+            conv, ssm = elems[0] * sb, elems[1] * sb
             specs.append(MambaSpec("mamba", n, conv + ssm, c, state_bytes_per_layer=conv + ssm,
                                    conv_bytes_per_layer=conv, checkpoint_interval=mb["checkpoint_interval"]))
             extra["mamba_conv_bytes_per_layer"], extra["mamba_ssm_bytes_per_layer"] = conv, ssm
+            extra["mamba_state_elems_per_layer"] = elems
         elif kind == "token_drop":
             specs += _token_drop_specs(m, kinds, per_layer, extra)
     vis = m.get("vision")

@@ -66,12 +66,13 @@ RULES = ("vllm_hma", "vllm_hma_off", "sglang_pools", "sglang_unified", "trtllm_p
 DEFAULT_RULES = RULES
 ENGINE_OF = {"vllm_hma": "vLLM 0.32.0 (hybrid KV cache manager)",
              "vllm_hma_off": "vLLM 0.32.0 (--disable-hybrid-kv-cache-manager)",
-             "sglang_pools": "SGLang srt (separate SWA/full/Mamba pools, server_args defaults)",
+             "sglang_pools": "SGLang srt main 2026 (separate SWA/full/Mamba pools, server_args defaults; "
+                             "model_runner_kv_cache_mixin 001ccef0)",
              "sglang_unified": "SGLang srt main 2026-08 (--enable-unified-memory, sglang#29678; "
                                "before sglang#36713's fix)",
-             "trtllm_pools": "TensorRT-LLM main 2026-08 (V1 KV cache manager: one pool per window size, "
-                             "calculateWindowSizeToShare split, tokens_per_block 32; hybrid Mamba: "
-                             "CppMambaHybridCacheManager, _calculate_max_num_blocks_for_linear_attention)",
+             "trtllm_pools": "TensorRT-LLM main 2026 (PyTorch backend, V1 KV cache manager: one pool per window "
+                             "size, calculate_max_num_blocks_for_vswa equal split, tokens_per_block 32; hybrid "
+                             "Mamba: CppMambaHybridCacheManager, _calculate_max_num_blocks_for_linear_attention)",
              "jenga": "Jenga (SOSP'25 LCM allocator, this repository)"}
 TOP_KEYS = {"model", "gpu", "tp", "workload", "trace", "rules", "num_requests", "seed", "jobs"}
 ENGINE_KEYS = {"enable_prefix_caching", "max_model_len", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
@@ -236,7 +237,8 @@ def rule_options(rule: str, options: dict, max_model_len: int, prof=None, cfg=No
     window (and its split's weight) is ``max_seq_len``; for a model with Mamba / linear-attention
     layers also the architecture (TensorRT-LLM runs only its hybrid-linear families) and
     ``max_batch_size``, taken as the cell's ``engine.max_num_seqs`` (the same knob: the most requests
-    in a batch; it sizes the live recurrent states TensorRT-LLM reserves first)."""
+    in a batch; it sizes the live recurrent states TensorRT-LLM reserves first). SGLang's rules get
+    the recurrent layers' state shapes (``mamba_state_elems``), which SGLang sizes in its own dtypes."""
     if rule == "trtllm_pools":
         extra = {}
         if prof is not None and any(s.kind == "mamba" for s in prof.specs):
@@ -244,6 +246,9 @@ def rule_options(rule: str, options: dict, max_model_len: int, prof=None, cfg=No
             if cfg is not None and cfg.engine.max_num_seqs:
                 extra["max_batch_size"] = int(cfg.engine.max_num_seqs)
         return {"max_seq_len": max_model_len, **extra, **options}
+    if rule.startswith("sglang") and prof is not None and "mamba_state_elems_per_layer" in prof.extra:
+        # SGLang sizes states with its own dtypes (bf16 conv, fp32 recurrent state): the shapes go along
+        return {"mamba_state_elems": list(prof.extra["mamba_state_elems_per_layer"]), **options}
     return dict(options)
 
 

@@ -52,6 +52,14 @@ GRANITE_H_SMALL = {  # ibm-granite/granite-4.0-h-small config.json (fields used)
     "mamba_n_heads": 128, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4,
     "mamba_expand": 2,
     "layer_types": (["mamba"] * 5 + ["attention"] + ["mamba"] * 4) * 4}
+GRANITE_H_MICRO = {  # ibm-granite/granite-4.0-h-micro config.json (the published fields used; vocab, tie and dtype
+    # are not in the copy found -- the family's values, as the zoo file assumes them)
+    "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "num_hidden_layers": 40,
+    "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8, "mamba_n_heads": 64, "mamba_d_head": 64,
+    "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2, "num_local_experts": 0,
+    "shared_intermediate_size": 8192, "max_position_embeddings": 131072, "vocab_size": 100352,
+    "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+    "layer_types": (["mamba"] * 5 + ["attention"] + ["mamba"] * 4) * 4}
 
 
 def _write(tmp_path, name, cfg):
@@ -68,7 +76,8 @@ def _shape(specs):
 
 @pytest.mark.parametrize("zoo,cfg", [("gpt_oss_20b", GPT_OSS_20B), ("qwen3_next_80b_a3b", QWEN3_NEXT),
                                      ("nemotron_nano_9b_v2", NEMOTRON), ("gemma4_31b", GEMMA4_31B),
-                                     ("minimax_m1", MINIMAX_M1), ("granite_4_0_h_small", GRANITE_H_SMALL)])
+                                     ("minimax_m1", MINIMAX_M1), ("granite_4_0_h_small", GRANITE_H_SMALL),
+                                     ("granite_4_0_h_micro", GRANITE_H_MICRO)])
 def test_config_json_gives_the_zoo_specs(tmp_path, zoo, cfg):
     got = profile_from_config_json(_write(tmp_path, zoo, cfg))
     want = load_profile(compose_cell([f"model={zoo}"]).model)
@@ -76,6 +85,15 @@ def test_config_json_gives_the_zoo_specs(tmp_path, zoo, cfg):
     assert got.layer_kinds == want.layer_kinds
     # same shapes -> same parameter estimate (within the few norms/biases the loader cannot know)
     assert got.total_params == pytest.approx(want.total_params, rel=0.01)
+
+
+def test_dense_granite_hybrid_mlp_is_the_shared_mlp(tmp_path):
+    """No routed experts: the layer's only MLP is shared_mlp (shared_intermediate_size wide), not
+    intermediate_size (the experts' width); with experts, intermediate_size stays the experts' width."""
+    dense = profile_from_config_json(_write(tmp_path, "d", dict(GRANITE_H_MICRO, intermediate_size=512)))
+    assert dense.total_params == profile_from_config_json(_write(tmp_path, "e", GRANITE_H_MICRO)).total_params
+    moe = model_conf_from_config_json(_write(tmp_path, "m", GRANITE_H_SMALL))
+    assert moe["intermediate_size"] == 768 and moe["moe"]["expert_intermediate_size"] == 768
 
 
 def test_gpt_oss_weights_are_mxfp4(tmp_path):

@@ -41,8 +41,8 @@ def test_zoo_covers_the_issue(zoo):
             "pyramidkv_70b_fp8", "pyramidkv_8b", "gemma2_2b", "ministral_1b", "character_1b_fp8",
             "llama3_2_1b_fp8", "llava_onevision_7b", "internvl2_8b", "phi3_vision", "paligemma2_10b",
             # issue 22 section 1 (today's hybrid models)
-            "gemma4_31b", "gemma4_26b_a4b", "granite_4_0_h_small", "granite_4_0_h_tiny", "falcon_h1_7b",
-            "minimax_m1"}
+            "gemma4_31b", "gemma4_26b_a4b", "granite_4_0_h_small", "granite_4_0_h_tiny", "granite_4_0_h_micro",
+            "falcon_h1_7b", "minimax_m1", "jamba_1_7_mini", "jamba_1_7_large"}
     assert need <= set(zoo)
 
 

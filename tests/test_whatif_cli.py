@@ -181,3 +181,21 @@ def test_parallel_simulations_give_the_serial_answer():
     serial, parallel = strip(_json([*argv, "jobs=1"])), strip(_json([*argv, "jobs=2"]))
     assert serial == parallel
     assert serial[0]["prefix_hit_rate"] is not None and serial[0]["sweep"]
+
+
+def test_sglang_running_cap_reaches_the_scheduler():
+    """SGLang's init_memory runs at most a third of its Mamba slots at once (the rest hold the radix
+    cache's states): the simulated scheduler gets that cap; vLLM's rule keeps the cell's max_num_seqs."""
+    from harness.backends.sim.engine import run_cell as sim_run
+    a = w.parse_args(["model=qwen3_5_4b", "gpu=h100", "engine.max_model_len=4096", "engine.kv_cache_bytes=2000000000",
+                      "--no-sweep"])
+    prof = w.profile(a)
+    reqs = ww.sessions(8, spec=ww.SessionsSpec(num_sessions=2, system_tokens=256, user_tokens=64, output_len=8))
+    st = w.static_answer("sglang_pools", prof, 2_000_000_000, w.compose(a), {}, True)
+    assert st["mamba_slots"] // 3 < 256 and st["max_concurrency"] <= st["mamba_slots"] // 3
+    seqs = {}
+    for rule in ("sglang_pools", "vllm_hma"):
+        cfg = w.compose(a, rule, w.rule_options(rule, {}, 4096, prof, w.compose(a)), dataset="synthetic")
+        cfg.engine.tokens_per_page = w.page_tokens(rule, 16)
+        seqs[rule] = sim_run(cfg, prof, reqs).meta["scheduler"]["max_num_seqs"]
+    assert seqs == {"sglang_pools": st["mamba_slots"] // 3, "vllm_hma": int(w.compose(a).engine.max_num_seqs)}

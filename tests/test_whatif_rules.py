@@ -132,9 +132,12 @@ def test_sglang_swa_split_solves_sglangs_equations():
     full, swa = FullAttentionSpec("full", 10, 8192), SlidingWindowSpec("sliding", 52, 8192, window=1024)
     cap = 10 * GiB
     sp = sglang_split([full, swa], cap)
-    # F * 10 * 8192 + 0.8 F * 52 * 8192 = cap  ->  F = cap / (8192 * (10 + 41.6))
-    assert sp["full_tokens"] == int(cap / (8192 * 10 + 0.8 * 8192 * 52))
-    assert sp["swa_tokens"] == int(sp["full_tokens"] * 0.8)
+    # profile_max_num_token: T = cap // (62 * 8192) = 21,140 whole all-layer tokens; then
+    # set_num_tokens_hybrid_swa: F * 10 * 8192 + 0.8 F * 52 * 8192 = T * 62 * 8192
+    assert sp["full_tokens"] == int(21140 * 62 * 8192 / (8192 * 10 + 0.8 * 8192 * 52)) == 25400
+    assert sp["swa_tokens"] == int(25400 * 0.8) == 20320
+    # negative control: solving from the raw bytes (one floor less) gives one token more
+    assert int(cap / (8192 * 10 + 0.8 * 8192 * 52)) == 25401
     mm = jenga.make_manager("sglang_pools", [full, swa], cap, tokens_per_page=1, enable_prefix_cache=True)
     assert sg_cap(mm, 32768)["kv_capacity_tokens"] == sp["full_tokens"]
     # a smaller SWA ratio gives the full pool more tokens (the knob sglang#26907 asks about)
@@ -147,12 +150,40 @@ def test_sglang_swa_split_solves_sglangs_equations():
 
 def test_sglang_mamba_pool_takes_ratio_over_one_plus_ratio():
     from jenga.baselines.sglang import sglang_split
-    sp = sglang_split([FULL, GDN], 19 * GiB)   # mamba_full_memory_ratio 0.9: 9 GiB to states, 10 to KV
-    assert sp["mamba_slots"] == int(19 * GiB * 0.9 / 1.9 // GDN.state_bytes)
-    assert sp["full_tokens"] == int(19 * GiB / 1.9 / FULL.bytes_per_token)
+    sp = sglang_split([FULL, GDN], 19 * GiB)   # mamba_full_memory_ratio 0.9: 9 GiB buys whole states
+    assert sp["mamba_slots"] == int(19 * GiB * 0.9 / 1.9 // GDN.state_bytes) == 733
+    # handle_max_mamba_cache returns the remainder after the whole states to the KV pool
+    assert sp["full_tokens"] == (19 * GiB - 733 * GDN.state_bytes) // FULL.bytes_per_token == 1311704
+    # negative control: rest / (1 + r) (the states' unused fraction of a slot lost) is 984 tokens fewer
+    assert int(19 * GiB / 1.9 / FULL.bytes_per_token) == 1310720
     # the pools are static: states cannot use idle KV memory (the pool of a state-starved workload)
     mm = jenga.make_manager("sglang_pools", [FULL, GDN], 19 * GiB, tokens_per_page=1)
     assert [p.num_pages for p in mm.pool.pools] == [sp["full_tokens"], sp["mamba_slots"]]
+
+
+def test_sglang_sizes_states_in_its_own_dtypes():
+    """mamba2_state_dtype / mamba_cache_per_req: conv in bfloat16, the recurrent state in float32 by
+    default -- GDN's 24,576 conv + 524,288 state elements per layer are 2,146,304 B to SGLang, not
+    the 1,097,728 B of the bf16 spec."""
+    from jenga.baselines.sglang import reported_capacity as sg_cap
+    elems = (24576, 524288)
+    mm = jenga.make_manager("sglang_pools", [FULL, GDN], 19 * GiB, tokens_per_page=1, mamba_state_elems=elems)
+    state = 12 * (24576 * 2 + 524288 * 4)
+    assert mm.specs[1].state_bytes == state == 25755648
+    assert mm.split["mamba_slots"] == int(19 * GiB * 0.9 / 1.9 // state) == 375
+    assert mm.split["full_tokens"] == (19 * GiB - 375 * state) // FULL.bytes_per_token == 1311368
+    # init_memory: running requests at most a third of the state slots (no_buffer)
+    assert mm.max_running_requests == 375 // 3 == 125
+    cap = sg_cap(mm, 4096)
+    assert cap["max_running_requests"] == 125 and cap["max_concurrency"] == 125   # 1,311,368 / 4096 = 320
+    # negative controls: a 16-bit mamba_ssm_dtype gives back the spec's bytes and split; no Mamba, no cap
+    bf16 = jenga.make_manager("sglang_pools", [FULL, GDN], 19 * GiB, tokens_per_page=1, mamba_state_elems=elems,
+                              mamba_ssm_dtype_bytes=2)
+    assert bf16.split == jenga.make_manager("sglang_pools", [FULL, GDN], 19 * GiB, tokens_per_page=1).split
+    dense = jenga.make_manager("sglang_pools", [FULL], 19 * GiB, tokens_per_page=1)
+    assert dense.max_running_requests is None and sg_cap(dense, 4096)["max_running_requests"] == 4096
+    with pytest.raises(SpecError, match="mamba_ssm_dtype_bytes"):
+        jenga.make_manager("sglang_pools", [FULL, GDN], 19 * GiB, mamba_state_elems=elems, mamba_ssm_dtype_bytes=8)
 
 
 @pytest.mark.parametrize("system,opts", [

@@ -1,6 +1,6 @@
 """``trtllm_pools`` (jenga/baselines/trtllm.py): TensorRT-LLM's per-window pools, the behaviour its
-source documents (calculateWindowSizeToShare, calculateMaxNumBlocks, getMaxCapacityBatchSize,
-detachFrontBlock), each with a negative control."""
+source documents (calculate_max_num_blocks_for_vswa, calculateWindowSizeToShare, calculateMaxNumBlocks,
+getMaxCapacityBatchSize, detachFrontBlock), each with a negative control."""
 
 from __future__ import annotations
 
@@ -30,32 +30,51 @@ FULL = FullAttentionSpec("full", 12, 2048)
 SWA = SlidingWindowSpec("sliding", 12, 2048, window=128)
 
 
-def test_window_share_is_bytes_per_token_times_window():
+def test_vswa_split_is_equal_per_window_on_the_pytorch_backend():
+    """calculate_max_num_blocks_for_vswa (resource_manager.py): "equal proportion shares of memory for
+    all window sizes" -- gpt-oss-20b-like 12 full + 12 sliding-128 layers of 2 KiB in 40 GiB: each
+    window 20 GiB, int(20 GiB / 24,576 B // 32) = 27,306 blocks; TRTLLM_WINDOW_SIZE_SHARES
+    (window_size_shares) moves it."""
+    cap = 40 * GiB
+    share, blocks = split([(32768, 12 * 2048), (128, 12 * 2048)], cap, 32)
+    assert share == {128: 0.5, 32768: 0.5}
+    assert blocks == {128: 27306, 32768: 27306} == {w: int(cap * 0.5 / 24576 // 32) for w in (128, 32768)}
+    share, blocks = split([(32768, 12 * 2048), (128, 12 * 2048)], cap, 32, window_size_shares=[0.25, 0.75])
+    assert blocks == {128: 13653, 32768: 40960}
+    # negative control: the TensorRT engine backend's calculateWindowSizeToShare weights by window:
+    # the 128-window pool gets 128 / 32,896 of the memory, ceilDiv'd: 213 blocks
+    assert split([(32768, 12 * 2048), (128, 12 * 2048)], cap, 32, "cpp")[1] == {128: 213, 32768: 54401}
+    with pytest.raises(SpecError, match="TRTLLM_WINDOW_SIZE_SHARES"):
+        split([(32768, 1), (128, 1)], cap, 32, window_size_shares=[0.5, 0.6])
+
+
+def test_window_share_is_bytes_per_token_times_window_on_the_cpp_backend():
     """BlockManager's own example (kvCacheManager.h, calculateWindowSizeToShare): windows
     {1024: [1], 4096: [0, 4, 5], 8192: [2, 3]} with equal layers -> {0.0345, 0.4138, 0.5517}."""
-    share, _ = split([(1024, 1), (4096, 3), (8192, 2)], 1 << 20, 32)
+    share, _ = split([(1024, 1), (4096, 3), (8192, 2)], 1 << 20, 32, "cpp")
     assert share[1024] == pytest.approx(1024 / 29696) == pytest.approx(0.0345, abs=1e-4)
     assert share[4096] == pytest.approx(0.4138, abs=1e-4) and share[8192] == pytest.approx(0.5517, abs=1e-4)
     # TRT-LLM's unit test (BlockManagerTestWindowSizeToShare): one window size takes everything
-    assert split([(1024, 3)], 1 << 20, 32)[0] == {1024: 1.0}
+    assert split([(1024, 3)], 1 << 20, 32, "cpp")[0] == split([(1024, 3)], 1 << 20, 32)[0] == {1024: 1.0}
 
 
 def test_blocks_per_window_and_max_batch_size():
-    """calculateMaxNumBlocks: ceilDiv(int(mem * share / bytes per token), tokens_per_block);
+    """calculate_max_num_blocks_for_vswa: int(mem * share / bytes per token // tokens_per_block);
     getMaxCapacityBatchSize: min over windows of blocks / ceilDiv(min(len, window), 32)."""
     cap = 40 * GiB
     bpw = blocks_per_window([FULL, SWA], cap, 32768)
-    share = {32768: 32768 / (32768 + 128), 128: 128 / (32768 + 128)}
     for w in (128, 32768):
-        assert bpw[w] == -(-int(cap * share[w] / (12 * 2048)) // 32)
+        assert bpw[w] == int(cap * 0.5 / (12 * 2048) // 32)
     mm = jenga.make_manager("trtllm_pools", [FULL, SWA], cap, max_seq_len=32768)
     assert mm.tokens_per_page == TOKENS_PER_BLOCK == 32
     rc = reported_capacity(mm, 32768)
-    assert rc["max_batch_size"] == min(bpw[128] // 4, bpw[32768] // 1024)
+    assert rc["max_batch_size"] == min(bpw[128] // 4, bpw[32768] // 1024) == 26
     assert rc["kv_capacity_tokens"] == bpw[32768] * 32
-    # the split depends on max_seq_len (the full layers' window): a longer one starves the SWA pool
-    assert blocks_per_window([FULL, SWA], cap, 131072)[128] < bpw[128]
-    # negative control: with every layer full there is one pool, the whole memory
+    # the equal split does not depend on max_seq_len; the cpp weights do: a longer one starves the SWA pool
+    assert blocks_per_window([FULL, SWA], cap, 131072) == {128: bpw[128], 131072: bpw[32768]}
+    assert blocks_per_window([FULL, SWA], cap, 131072, window_split="cpp")[128] < \
+        blocks_per_window([FULL, SWA], cap, 32768, window_split="cpp")[128]
+    # negative control: with every layer full there is one pool, the whole memory (ceilDiv: C++)
     one = blocks_per_window([FullAttentionSpec("full", 24, 2048)], cap, 32768)
     assert one == {32768: -(-int(cap / (24 * 2048)) // 32)}
 
@@ -71,7 +90,7 @@ def test_split_is_static_idle_blocks_never_serve_another_window():
         while _prefill(mm, req(f"x{n}", [n * 10**4 + k for k in range(2048)])):
             n += 1
         return n
-    mm = jenga.make_manager("trtllm_pools", [FULL, SWA], cap, max_seq_len=2048)
+    mm = jenga.make_manager("trtllm_pools", [FULL, SWA], cap, max_seq_len=2048, window_split="cpp")
     assert mm.blocks == {128: 40, 2048: 640}
     n = admitted(mm)
     assert n == 40 // 6
@@ -189,13 +208,17 @@ def test_random_streams_keep_the_allocator_invariants(opts):
 
 
 def test_whatif_prints_a_rule_under_which_no_request_fits(capsys):
-    """Gemma-4-31B at its 262,144-token max_model_len: TRT-LLM's split gives the 1024-token window
-    19 blocks (608 tokens, less than one window), so no request is admitted; the answer says so."""
+    """Gemma-4-31B at its 262,144-token max_model_len under the TensorRT engine backend's split
+    (window_split=cpp): the 1024-token window gets 19 blocks (608 tokens, less than one window), so no
+    request is admitted; the answer says so. The PyTorch backend's equal split serves both."""
     from harness import whatif as w
     assert w.main(["model=gemma4_31b", "gpu=h100", "workload=sessions", "num_requests=2", "rules=trtllm_pools",
-                   "--no-sweep"]) == 0
+                   "trtllm_pools.window_split=cpp", "--no-sweep"]) == 0
     out = capsys.readouterr().out
     assert "{'1024': 19, '262144': 4752}" in out and "no request completed (2 ignored" in out
+    assert w.main(["model=gemma4_31b", "gpu=h100", "workload=sessions", "num_requests=2", "rules=trtllm_pools",
+                   "--no-sweep"]) == 0
+    assert "no request completed" not in capsys.readouterr().out
 
 
 def test_whatif_reports_trtllm_for_hybrid_mamba_models(capsys):

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.vllm,
 HYBRIDS = ["gemma3_4b", "gemma3_12b", "gemma3_27b", "gemma4_31b", "gpt_oss_20b", "gpt_oss_120b",
            "qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2", "nemotron_h_8b",
            "nemotron_h_47b", "nemotron_h_56b", "jamba_1_5_mini", "gemma4_26b_a4b", "granite_4_0_h_small",
-           "granite_4_0_h_tiny", "falcon_h1_7b", "minimax_m1"]
+           "granite_4_0_h_tiny", "falcon_h1_7b", "minimax_m1", "granite_4_0_h_micro", "jamba_1_7_mini", "jamba_1_7_large"]
 GiB = 1 << 30
 
 
@@ -27,7 +27,7 @@ def _profile(name):
 
 @pytest.mark.parametrize("name", ["qwen3_next_80b_a3b", "qwen3_5_4b", "qwen3_5_35b_a3b", "nemotron_nano_9b_v2",
                                   "nemotron_h_8b", "nemotron_h_47b", "nemotron_h_56b", "granite_4_0_h_small",
-                                  "granite_4_0_h_tiny", "falcon_h1_7b", "minimax_m1"])
+                                  "granite_4_0_h_tiny", "granite_4_0_h_micro", "falcon_h1_7b", "minimax_m1"])
 def test_state_bytes_match_vllms_shape_calculator(name):
     import math
 

@@ -1,19 +1,64 @@
 """``sglang_pools``: SGLang's separate KV pools for hybrid models, as a what-if system.
 
-Engine followed: **SGLang** ``srt`` as of its server-args defaults ``swa_full_tokens_ratio = 0.8``,
-``mamba_full_memory_ratio = 0.9``, ``mamba_scheduler_strategy = "no_buffer"``, ``page_size = 1``
-(``python/sglang/srt/server_args.py``). Sizing (``model_executor/model_runner.py`` /
-``model_runner_kv_cache_mixin.py``):
+Engine followed: **SGLang** ``srt`` main (2026), read from the public code index at the commits named
+below, with its server-args defaults ``swa_full_tokens_ratio = 0.8``, ``mamba_full_memory_ratio =
+0.9``, ``mamba_scheduler_strategy = "auto"`` (resolved to ``"no_buffer"``), ``page_size = 1``.
 
-- **Mamba pool** (``HybridLinearKVPool`` with a ``MambaPool``): of the memory left for caches,
-  ``rest * r / (1 + r)`` (``r = mamba_full_memory_ratio``) goes to Mamba states,
-  ``max_mamba_cache_size = budget // state bytes per request``; the attention pools get the rest,
-  ``rest / (1 + r)``.
-- **SWA / full pools** (``SWAKVPool``, ``set_num_token_hybrid``): full tokens ``F`` and sliding
-  tokens ``S = ratio * F`` solve ``F * full_bytes_per_token + S * swa_bytes_per_token = attention
-  bytes`` (SGLang writes it per layer: ``F = total_tokens / (ratio * swa_layers * head_ratio +
-  full_layers)``), both rounded down to the page size. The split is fixed at start-up: idle SWA
-  slots cannot serve full-attention tokens and vice versa.
+Source check (behaviour modelled | engine file and function, commit | agrees?):
+
+=====================================  ============================================================  =========
+Mamba pool: ``slots = int(rest * r /   ``srt/model_executor/model_runner_kv_cache_mixin.py``          agrees
+(1 + r) // state bytes per request)``  ``handle_max_mamba_cache`` (001ccef0)
+Attention gets the exact remainder,    same function: returns ``rest - slots * mamba_cache_per_req``  **fixed**
+``rest - slots * state``                                                                                  (was
+                                                                                                          rest/(1+r))
+State bytes per request: conv in       ``srt/configs/mamba_utils.py`` ``mamba2_state_dtype`` /         **fixed**
+bfloat16, recurrent state in float32   ``BaseLinearStateParams.mamba_cache_per_req`` (02e208de);       (was the
+unless the checkpoint's config sets    ``srt/environ.py`` ``SGLANG_MAMBA_CONV_DTYPE = "bfloat16"``,    zoo's vLLM
+``mamba_ssm_dtype``                    ``SGLANG_MAMBA_SSM_DTYPE = None``                               dtype)
+Full tokens ``int(rest) // cell``,     ``profile_max_num_token`` (cell = full layers only for a      agrees
+page-aligned                           Mamba model) and ``init_memory`` (001ccef0)
+SWA/full split ``F = int(T * cell /    ``set_num_tokens_hybrid_swa`` (001ccef0): ``T = int(rest) //    **fixed**
+(F_l + r S_l))``, ``S = int(F r)``,    cell`` first (whole tokens of both kinds), then the ratio       (rounding:
+both page-aligned                      equations                                                      one floor
+                                                                                                          more)
+Running requests capped at             ``init_memory``: ``max_num_reqs = min(max(int(T / context_len  **fixed**
+``mamba_slots // 3`` (no_buffer)       * 512), 2048), 4096)``, then ``min(.., max_mamba_cache_size //  (was every
+                                       MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO)`` with ratio 3    slot)
+                                       (+2 only with ``extra_buffer``) (001ccef0)
+``auto`` strategy = ``no_buffer``      ``srt/server_args.py`` ``__post_init__`` (index doc 271536807)  agrees
+Pools static after start-up, one       ``HybridLinearKVPool`` / ``SWAKVPool`` built once in            agrees
+LRU per pool                           ``init_memory``
+SWA hit: no tombstone on the path, or  ``srt/mem_cache/swa_radix_cache.py``                           agrees
+>= window live tokens since the last   ``SWARadixCache._match_prefix_helper``
+tombstone                              (``match_len_since_tombstone``; index doc 41984379)
+Out-of-window SWA KV freed in decode   same file ``dec_swa_lock_only``; ``maybe_evict_swa``           agrees
+Full-pool eviction of a leaf also      ``SWARadixCache.evict`` phase 1 (full LRU leaves: full + SWA   differs,
+frees its SWA KV                       freed, node deleted); phase 2 tombstones SWA only              not fixed
+                                                                                                      (see below)
+Mamba hit only where a state is        ``srt/mem_cache/mamba_radix_cache.py`` (no_buffer: one state   agrees
+cached (end of what was inserted)      per inserted request)                                          (prompt
+                                                                                                      end only)
+=====================================  ============================================================  =========
+
+Not fixed: here the full and SWA pools evict independently, so a full-pool eviction leaves that
+prefix's SWA pages cached until the SWA pool's own LRU takes them; SGLang frees both at once. Those
+pages can no longer give a hit (the full KV is gone), so hits and capacity are unchanged; only the
+SWA pool's free count under pressure differs.
+
+Sizing in words: of the memory left for caches, ``rest * r / (1 + r)`` (``r =
+mamba_full_memory_ratio``) buys whole Mamba states; the attention pools get what the states leave.
+Full tokens ``F`` and sliding tokens ``S = ratio * F`` solve ``F * full_bytes_per_token + S *
+swa_bytes_per_token = attention bytes`` (from a whole number of all-layer tokens), both rounded down
+to the page size. The split is fixed at start-up: idle SWA slots cannot serve full-attention tokens
+and vice versa, and the Mamba pool holds running requests' states plus the radix cache's, with at
+most a third of the slots running (no_buffer).
+
+SGLang sizes its states with its own dtypes, not vLLM's: ``mamba_state_elems`` (conv, recurrent
+elements of one layer, from the model's shapes; ``harness.whatif`` passes them) and
+``mamba_ssm_dtype_bytes`` (4 = float32, SGLang's default; 2 for a checkpoint whose config sets
+``mamba_ssm_dtype`` to a 16-bit type) replace the spec's bytes. Without ``mamba_state_elems`` the
+spec's bytes are used as they are.
 
 Prefix caching: ``SWARadixCache`` frees (tombstones) a request's sliding-window KV as it leaves the
 window and matches a prefix only where the last ``window`` tokens' SWA KV is still present; each pool
@@ -21,24 +66,47 @@ evicts by LRU on its own. ``MambaRadixCache`` under ``no_buffer`` keeps one stat
 request, at the end of what it inserted (modelled: at the end of the prompt; SGLang's
 ``cache_finished_req`` also covers the generated tokens, which a next chat turn re-sends -- a
 difference that only under-counts Mamba hits here). ``extra_buffer`` (states every
-``mamba_track_interval`` tokens) is not modelled.
-
-``sglang_unified`` (``--enable-unified-memory``: one arena, sub-pools grown from opposite ends) is
-not modelled yet.
+``mamba_track_interval`` tokens) is not modelled. The unified arena (``--enable-unified-memory``) is
+``sglang_unified`` (``jenga/baselines/sglang_unified.py``).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from jenga.manager_base import PagedManager
 from jenga.pools.flat import PartitionedPool
 from jenga.spec import FullAttentionSpec, MambaSpec, SpecError
 
-ENGINE_VERSION = "SGLang srt (server_args defaults: swa_full_tokens_ratio 0.8, mamba_full_memory_ratio 0.9)"
+ENGINE_VERSION = ("SGLang srt main 2026 (model_runner_kv_cache_mixin 001ccef0; server_args defaults: "
+                  "swa_full_tokens_ratio 0.8, mamba_full_memory_ratio 0.9, no_buffer, page_size 1)")
+CONV_DTYPE_BYTES = 2       # srt/environ.py SGLANG_MAMBA_CONV_DTYPE "bfloat16"
+SSM_DTYPE_BYTES = 4        # srt/configs/mamba_utils.py mamba2_state_dtype: float32 by default
+SLOTS_PER_RUNNING_REQUEST = 3  # model_runner_kv_cache_mixin MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO (no_buffer)
+
+
+def sglang_state_specs(specs, state_elems=None, ssm_dtype_bytes: int = SSM_DTYPE_BYTES) -> list:
+    """``specs`` with each Mamba type's state sized as SGLang sizes it: ``state_elems = (conv,
+    recurrent)`` elements of one layer, the conv part in bfloat16 and the recurrent part in
+    ``ssm_dtype_bytes`` (``BaseLinearStateParams.mamba_cache_per_req``). ``None``: unchanged."""
+    if state_elems is None:
+        return list(specs)
+    conv_el, ssm_el = (int(x) for x in state_elems)
+    if conv_el < 0 or ssm_el <= 0:
+        raise SpecError(f"mamba_state_elems must be (conv >= 0, recurrent > 0) elements, got {state_elems!r}")
+    if ssm_dtype_bytes not in (2, 4):
+        raise SpecError(f"mamba_ssm_dtype_bytes must be 2 or 4 (SGLang's float16/bfloat16 or float32), "
+                        f"got {ssm_dtype_bytes!r}")
+    conv = conv_el * CONV_DTYPE_BYTES
+    total = conv + ssm_el * ssm_dtype_bytes
+    return [dataclasses.replace(s, bytes_per_token_per_layer=total, state_bytes_per_layer=total,
+                                conv_bytes_per_layer=conv) if isinstance(s, MambaSpec) else s for s in specs]
 
 
 def sglang_split(specs, capacity_bytes: int, page_size: int = 1, swa_full_tokens_ratio: float = 0.8,
                  mamba_full_memory_ratio: float = 0.9) -> dict:
-    """Tokens (attention pools) and slots (Mamba) SGLang gives each pool out of ``capacity_bytes``."""
+    """Tokens (attention pools) and slots (Mamba) SGLang gives each pool out of ``capacity_bytes``
+    (see the module docstring's table for the functions followed)."""
     if not 0 < swa_full_tokens_ratio <= 1:
         raise SpecError(f"swa_full_tokens_ratio must be in (0, 1], got {swa_full_tokens_ratio!r}")
     if not mamba_full_memory_ratio > 0:
@@ -48,24 +116,40 @@ def sglang_split(specs, capacity_bytes: int, page_size: int = 1, swa_full_tokens
     out: dict = {"full_tokens": 0, "swa_tokens": 0, "mamba_slots": 0}
     rest = capacity_bytes
     if mamba:
+        # handle_max_mamba_cache: whole states out of the ratio's share; the rest is the remainder
         r = mamba_full_memory_ratio
-        budget = capacity_bytes * r / (1 + r)
-        out["mamba_slots"] = int(budget // sum(s.state_bytes for s in mamba))
-        rest = capacity_bytes / (1 + r)
+        state = sum(s.state_bytes for s in mamba)
+        out["mamba_slots"] = int(capacity_bytes * r / (1 + r) // state)
+        rest = capacity_bytes - out["mamba_slots"] * state
     full_bpt = sum(s.bytes_per_token for s in attn if type(s) is FullAttentionSpec)
     other_bpt = sum(s.bytes_per_token for s in attn if type(s) is not FullAttentionSpec)
+    cell = full_bpt + other_bpt
+    if not cell:
+        return out
+    # profile_max_num_token + init_memory: whole all-layer tokens, page-aligned
+    total = int(rest) // cell // page_size * page_size
     if full_bpt and other_bpt:
-        f = int(rest / (full_bpt + swa_full_tokens_ratio * other_bpt))
-        out["full_tokens"] = f - f % page_size
+        # set_num_tokens_hybrid_swa: the ratio equations over those tokens' bytes
+        f = int(total * cell / (full_bpt + swa_full_tokens_ratio * other_bpt))
         s = int(f * swa_full_tokens_ratio)
+        out["full_tokens"] = f - f % page_size
         out["swa_tokens"] = s - s % page_size
     elif full_bpt:
-        f = int(rest // full_bpt)
-        out["full_tokens"] = f - f % page_size
-    elif other_bpt:
-        s = int(rest // other_bpt)
-        out["swa_tokens"] = s - s % page_size
+        out["full_tokens"] = total
+    else:
+        out["swa_tokens"] = total
     return out
+
+
+def max_running_requests(split: dict, context_len: int) -> int:
+    """``init_memory``'s ``max_num_reqs`` (no ``--max-running-requests``): ``min(max(int(tokens /
+    context_len * 512), 2048), 4096)``, and for a Mamba model at most a third of the state slots (the
+    other two thirds hold the radix cache's states; no_buffer)."""
+    tokens = split["full_tokens"] or split["swa_tokens"]
+    n = min(max(int(tokens / context_len * 512), 2048), 4096)
+    if split["mamba_slots"]:
+        n = min(n, split["mamba_slots"] // SLOTS_PER_RUNNING_REQUEST)
+    return n
 
 
 class SglangPools(PagedManager):
@@ -73,7 +157,19 @@ class SglangPools(PagedManager):
 
     system_name = "sglang_pools"
     engine_version = ENGINE_VERSION
-    option_names = ("swa_full_tokens_ratio", "mamba_full_memory_ratio")
+    option_names = ("swa_full_tokens_ratio", "mamba_full_memory_ratio", "mamba_state_elems", "mamba_ssm_dtype_bytes")
+
+    def __init__(self, specs, capacity_bytes: int, tokens_per_page: int = 16, enable_prefix_cache: bool = False,
+                 **options):
+        specs = sglang_state_specs(specs, options.get("mamba_state_elems"),
+                                   options.get("mamba_ssm_dtype_bytes", SSM_DTYPE_BYTES))
+        super().__init__(specs, capacity_bytes, tokens_per_page, enable_prefix_cache, **options)
+
+    @property
+    def max_running_requests(self) -> int | None:
+        """SGLang's cap on running requests that its memory split sets: a third of the Mamba slots
+        (``None`` without Mamba layers: the harness's ``max_num_seqs`` stands)."""
+        return self.split["mamba_slots"] // SLOTS_PER_RUNNING_REQUEST if self.split["mamba_slots"] else None
 
     def make_pool(self, **options):
         split = sglang_split(self.specs, self.capacity_bytes, self.tokens_per_page,
@@ -112,18 +208,20 @@ class SglangPools(PagedManager):
 
 def reported_capacity(mm, max_model_len: int) -> dict:
     """SGLang's start-up numbers for ``mm`` (a :class:`SglangPools`): ``max_total_num_tokens`` (the
-    full pool; the SWA pool when the model has no full layer), the SWA tokens and Mamba slots, and a
-    max concurrency at ``max_model_len`` taken as the smallest over pools of what one such request
-    needs (full: every token; SWA: its window; Mamba: one slot) -- SGLang logs no such number."""
+    full pool; the SWA pool when the model has no full layer), the SWA tokens, Mamba slots and
+    ``max_running_requests``, and a max concurrency at ``max_model_len`` taken as the smallest over
+    pools of what one such request needs (full: every token; SWA: its window; Mamba: a running slot,
+    a third of the pool) -- SGLang logs no such number -- capped at ``max_running_requests``."""
     sp = mm.split
-    conc = []
+    cap = max_running_requests(sp, max_model_len)
+    conc = [cap]
     for s in mm.specs:
         if isinstance(s, MambaSpec):
-            conc.append(sp["mamba_slots"])
+            conc.append(sp["mamba_slots"] // SLOTS_PER_RUNNING_REQUEST)
         elif type(s) is FullAttentionSpec:
             conc.append(sp["full_tokens"] / max_model_len)
         elif s.token_based:
             conc.append(sp["swa_tokens"] / min(getattr(s, "window", max_model_len), max_model_len))
-    c = min(conc) if conc else 0.0
-    return {**sp, "max_concurrency": c,
+    c = min(conc)
+    return {**sp, "max_concurrency": c, "max_running_requests": cap,
             "kv_capacity_tokens": sp["full_tokens"] or sp["swa_tokens"]}

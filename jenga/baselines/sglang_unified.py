@@ -33,6 +33,25 @@ fix of sglang#36713; sglang#34441 is the report this rule reproduces). Source, b
   models the fixed engine. The mirror direction (a full shortfall evicting cached Mamba states) is
   untouched in both (sglang#34441's Limitations), so it is not modelled either.
 
+Source check (behaviour modelled | engine file and function | agrees?):
+
+====================================  ==========================================================  ==========
+One buffer, two sub-pools from         ``unified_memory_pool.py`` ``UnifiedKVPool``; SGLang's test   agrees
+opposite ends; ``max_slots = total //  ``test_min_slot_index_computed_from_entry_max`` (index doc
+entry``; ``min_slot_index = ceil(      62876939235)
+entry_max / entry)``
+Eager compaction, one free gap         ``allocator/unified_sub_pool.py`` ``MultiEndedAllocator``     agrees
+                                       (``_current_gap_bytes``, ``_available_tokens``)
+Mamba shortfall evicts only Mamba      ``alloc_req_slots`` / sglang#34441; the fix sglang#36713      agrees
+(``evict_full_for_mamba`` = the fix)   (option)
+Boot labels = the static split         ``init_unified_mamba_pools`` / ``init_unified_swa_pools``     agrees;
+                                       (the ratio "governs the total budget only")                   inherits
+                                                                                                     the static
+                                                                                                     split's fixes
+State bytes in SGLang's dtypes, the    ``sglang_pools``' table (``mamba_utils.py``,                 **fixed**
+running-request cap                    ``init_memory``)                                             (inherited)
+====================================  ==========================================================  ==========
+
 What this module models, and where it simplifies:
 
 - The arena is ``capacity_bytes`` (the same bytes the static ``sglang_pools`` split would get, so the
@@ -55,7 +74,7 @@ What this module models, and where it simplifies:
 
 from __future__ import annotations
 
-from jenga.baselines.sglang import SglangPools, sglang_split
+from jenga.baselines.sglang import SglangPools, max_running_requests, sglang_split
 from jenga.evictor import PrefixSubsetEvictor
 from jenga.journal import Journal
 from jenga.pools.flat import CachedPages
@@ -331,7 +350,7 @@ class SglangUnified(SglangPools):
 
     system_name = "sglang_unified"
     engine_version = ENGINE_VERSION
-    option_names = ("swa_full_tokens_ratio", "mamba_full_memory_ratio", "evict_full_for_mamba")
+    option_names = SglangPools.option_names + ("evict_full_for_mamba",)
 
     def make_pool(self, **options):
         # The ratio split is SGLang's boot label (max_total_num_tokens, the SWA tokens, the Mamba
@@ -364,7 +383,8 @@ def reported_capacity(mm: SglangUnified, max_model_len: int) -> dict:
     """SGLang's boot labels for ``mm`` (the static split's ``max_total_num_tokens``, SWA tokens and
     Mamba slots: the unified pool logs the same token counts, "boot labels / conserve caps") and,
     since the runtime split floats, a max concurrency at ``max_model_len`` from the arena's bytes:
-    usable arena / what one such request holds (every full token, a window of SWA tokens, one state)."""
+    usable arena / what one such request holds (every full token, a window of SWA tokens, one state),
+    at most ``max_running_requests`` (init_memory sizes the request pool before either pool kind)."""
     sp = mm.split
     per_req = 0
     for s in mm.specs:
@@ -375,8 +395,9 @@ def reported_capacity(mm: SglangUnified, max_model_len: int) -> dict:
         elif s.token_based:
             per_req += s.bytes_per_token * min(getattr(s, "window", max_model_len), max_model_len)
     usable = mm.arena.usable_bytes
-    conc = usable / per_req if per_req else 0.0
+    cap = max_running_requests(sp, max_model_len)  # init_memory's max_num_reqs, as for the static pools
+    conc = min(usable / per_req, cap) if per_req else 0.0
     full_bpt = sum(s.bytes_per_token for s in mm.specs if type(s) is FullAttentionSpec)
-    return {**sp, "max_concurrency": conc, "arena_bytes": mm.capacity_bytes,
+    return {**sp, "max_concurrency": conc, "max_running_requests": cap, "arena_bytes": mm.capacity_bytes,
             "full_tokens_if_alone": int(usable // full_bpt) if full_bpt else 0,
             "kv_capacity_tokens": sp["full_tokens"] or sp["swa_tokens"]}

@@ -1,23 +1,63 @@
 """``trtllm_pools``: TensorRT-LLM's KV cache manager for variable sliding windows (VSWA), as a what-if
 system.
 
-Engine followed: **TensorRT-LLM** main as of 2026-08 (the C++ ``kv_cache_manager`` with per-window
-``WindowBlockManager``s; ``KvCacheConfig`` defaults ``tokens_per_block = 32``, ``enable_block_reuse``
-on, ``enable_partial_reuse`` on). Source, by file and function:
+Engine followed: **TensorRT-LLM** main (2026), its default PyTorch backend (``LLM(backend="pytorch")``)
+with the V1 C++ ``kv_cache_manager`` underneath (per-window ``WindowBlockManager``s; ``KvCacheConfig``
+defaults ``tokens_per_block = 32``, ``enable_block_reuse`` on, ``enable_partial_reuse`` on). The
+stored file versions read carry no commit in the public code index; they are named by path and index
+document id.
+
+Source check (behaviour modelled | engine file and function | agrees?):
+
+======================================  ===========================================================  ==========
+Layers grouped by window size, one      ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``         agrees
+pool per window, blocks of 32 tokens    ``BaseKVCacheManager::groupLayersByWindowSize``,
+                                        ``BlockManager::BlockManager`` (index doc 126178160)
+VSWA memory split: **equal share per    ``tensorrt_llm/_torch/pyexecutor/resource_manager.py``        **fixed**
+window size** (``TRTLLM_WINDOW_SIZE_    ``KVCacheManager.calculate_max_num_blocks_for_vswa``          (was the
+SHARES`` overrides), blocks ``int(mem   (index doc 54765218664)                                      C++ weights
+* share / bytesPerToken //                                                                             and ceilDiv)
+tokensPerBlock)``
+The C++ weights (bytes-per-token x      ``BlockManager::calculateWindowSizeToShare`` (TensorRT        kept as
+window) and ceilDiv                     engine backend)                                               option
+                                                                                                      ``window_
+                                                                                                      split="cpp"``
+One window size: all memory,            ``BaseKVCacheManager::calculateMaxNumBlocks``                 agrees
+``ceilDiv(int(mem / bpt), 32)``
+Windows shrunk when memory cannot       ``KVCacheManager.adjust_window_sizes_for_vswa``               not
+hold them                                                                                             modelled
+Out-of-window block detached and        ``WindowBlockManager::detachFrontBlock`` (index doc           agrees
+released to the evictor, reusable       126178160; TRT-LLM#6768, #7922)
+until evicted
+Max batch size: min over windows of     ``KVCacheManager::getMaxCapacityBatchSize`` /                 agrees
+``blocks / ceilDiv(min(len, window),    ``calculateMaxBlockRequirementsPerBeam``
+32)``
+Hybrid Mamba split: ``slope = attn      ``resource_manager.py``                                       agrees
+bpt + state // interval``, ``intercept  ``_calculate_max_num_blocks_for_linear_attention`` (index
+= max_batch_size * pp * state``;        doc 54765218664)
+``max_batch_size * pp + 1`` slots (+
+``max_tokens // interval`` snapshots)
+Only hybrid-linear families served      ``_util.py`` ``get_kv_cache_manager_cls``,                    agrees
+                                        ``config_utils.is_hybrid_linear``
+======================================  ===========================================================  ==========
 
 - ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``, ``BaseKVCacheManager::groupLayersByWindowSize``:
   layers are grouped by their ``max_attention_window`` entry (full attention: ``max_seq_len``);
   ``BlockManager::BlockManager`` builds one ``WindowBlockManager`` per window size, and inside it one
   pool per KV-head count (``numLayersPerPool``) sharing the window's block ids.
-- Same file, ``BaseKVCacheManager::calculateMaxNumBlocks``: ``cacheSizeBytesPerToken`` per window (its
-  layers' K+V bytes), then ``BlockManager::calculateWindowSizeToShare``: each window's weight is
-  ``(its bytes per token / all windows' bytes per token) * windowSize``, normalised to sum to 1; its
-  primary blocks are ``ceilDiv(allottedPrimaryMemBytes * share / bytesPerToken, tokensPerBlock)``. The
-  split is static: a window's idle blocks never serve another window (the KV-cache docs call this
-  "not optimal"). With one window the whole memory goes to it.
-- Same file, ``KVCacheManager::getMaxCapacityBatchSize`` / ``calculateMaxBlockRequirementsPerBeam``: a
-  sequence needs ``ceilDiv(min(seqLen, windowSize), tokensPerBlock)`` blocks per window (beam 1, no
-  sink tokens); the max batch size is the smallest over windows of ``primaryBlocks / need``.
+- ``resource_manager.py``, ``KVCacheManager.calculate_max_num_blocks_for_vswa`` (VSWA on the PyTorch
+  backend): "By default, we allocate equal proportion shares of memory for all window sizes";
+  ``primary_tokens = memory * share / cache_size_bytes_per_token`` for the window's layers,
+  ``primary_blocks = int(primary_tokens // tokens_per_block)``. The split is static: a window's idle
+  blocks never serve another window. Option ``window_size_shares`` is ``TRTLLM_WINDOW_SIZE_SHARES``
+  (one share per window size, ascending); ``window_split="cpp"`` is the TensorRT engine backend's
+  ``BlockManager::calculateWindowSizeToShare`` split (each window's weight ``(its bytes per token /
+  all windows' bytes per token) * windowSize``, normalised; ``ceilDiv`` blocks). With one window the
+  whole memory goes to it.
+- ``kvCacheManager.cpp``, ``KVCacheManager::getMaxCapacityBatchSize`` /
+  ``calculateMaxBlockRequirementsPerBeam``: a sequence needs ``ceilDiv(min(seqLen, windowSize),
+  tokensPerBlock)`` blocks per window (beam 1, no sink tokens); the max batch size is the smallest
+  over windows of ``primaryBlocks / need``.
 - Same file, ``WindowBlockManager::detachFrontBlock``: a block that leaves the sliding window is
   detached from the sequence and, with no other reference, released to the eviction policy -- reusable
   until evicted (TRT-LLM#6768, #7922). That is the shared sliding-window rule of this repository's
@@ -28,10 +68,12 @@ Simplified: ``KVCacheManager::addSequence`` sizes a sequence's context blocks by
 ``min(inputLength, maxTokenNum)`` with ``maxTokenNum = max(windowSize, maxSequenceLength)`` for every
 window ("SWA allocates blocks linearly"), detaching them as the window moves; here a sliding layer
 holds its window plus the tokens of the step being computed (chunked prefill), so long prompts in one
-chunk under-count TRT-LLM's sliding-pool demand.
+chunk under-count TRT-LLM's sliding-pool demand. ``adjust_window_sizes_for_vswa`` (windows clamped to
+the tokens memory holds) is not modelled: it acts only when the pool cannot hold one sequence of every
+window.
 
-Hybrid Mamba / linear-attention models (read 2026-08, the V1 route: ``KvCacheConfig.
-use_kv_cache_manager_v2=False``, ``CppMambaHybridCacheManager``):
+Hybrid Mamba / linear-attention models (the V1 route: ``KvCacheConfig.use_kv_cache_manager_v2=False``,
+``CppMambaHybridCacheManager``):
 
 - ``tensorrt_llm/_torch/pyexecutor/_util.py``, ``get_kv_cache_manager_cls``: only models
   ``config_utils.is_hybrid_linear`` accepts take the hybrid path -- ``is_nemotron_hybrid`` (a
@@ -65,12 +107,8 @@ use_kv_cache_manager_v2=False``, ``CppMambaHybridCacheManager``):
 Not modelled: the V2 manager (``MambaHybridCacheManagerV2``) that newest main selects by default for
 hybrid Mamba models (``use_kv_cache_manager_v2="auto"``; pools sized by ``avg_seq_len`` /
 ``pool_ratio``); ``mamba_ssm_cache_dtype="auto"`` (the state bytes are the zoo spec's, vLLM's dtype
-rule); speculative decoding's extra slots. Note also that the PyTorch backend's VSWA split
-(``resource_manager.py``, ``calculate_max_num_blocks_for_vswa``) now gives every window an *equal*
-share of memory by default (``TRTLLM_WINDOW_SIZE_SHARES`` overrides it), not the C++
-``calculateWindowSizeToShare`` weights used above for sliding-window models.
-Llama-4's chunked attention and vision-embedding caches are refused (TRT-LLM has no
-such window kind in this manager).
+rule); speculative decoding's extra slots. Llama-4's chunked attention and vision-embedding caches
+are refused (TRT-LLM has no such window kind in this manager).
 """
 
 from __future__ import annotations
@@ -81,8 +119,8 @@ from jenga.manager_base import PagedManager
 from jenga.pools.flat import PartitionedPool
 from jenga.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec, SpecError
 
-ENGINE_VERSION = ("TensorRT-LLM main 2026-08 (kvCacheManager.cpp: one WindowBlockManager per window size, "
-                  "calculateWindowSizeToShare static split; tokens_per_block 32)")
+ENGINE_VERSION = ("TensorRT-LLM main 2026 (PyTorch backend: one WindowBlockManager per window size, "
+                  "calculate_max_num_blocks_for_vswa equal static split; tokens_per_block 32)")
 TOKENS_PER_BLOCK = 32  # KvCacheConfig.tokens_per_block default (tensorrt_llm/llmapi/llm_args.py)
 RECURRENT_STATES = -1  # LinearCacheType.RECURRENT_STATES / LinearAttentionMetadata::kRecurrentStates
 # config_utils.is_hybrid_linear: is_nemotron_hybrid (hybrid_override_pattern), is_qwen3_hybrid
@@ -124,30 +162,55 @@ def window_of(spec, max_seq_len: int) -> int:
                     "equivalent here (only full and sliding-window attention are modelled)")
 
 
-def split(windows_bpt, capacity_bytes: int, tokens_per_block: int = TOKENS_PER_BLOCK) -> tuple[dict, dict]:
-    """``(share, blocks)`` per window size from ``(window, bytes per token)`` pairs, one per layer type:
-    ``BlockManager::calculateWindowSizeToShare`` (weight = bytes-per-token fraction x window size,
-    normalised; one window takes everything) and ``BaseKVCacheManager::calculateMaxNumBlocks``'s
-    ``ceilDiv(int(memory * share / bytesPerToken), tokensPerBlock)``."""
+def split(windows_bpt, capacity_bytes: int, tokens_per_block: int = TOKENS_PER_BLOCK, window_split: str = "pytorch",
+          window_size_shares=None) -> tuple[dict, dict]:
+    """``(share, blocks)`` per window size from ``(window, bytes per token)`` pairs, one per layer type.
+
+    One window size (no VSWA): the whole memory, ``ceilDiv(int(memory / bytesPerToken),
+    tokensPerBlock)`` blocks (C++ ``BaseKVCacheManager::calculateMaxNumBlocks``, which the PyTorch
+    backend still calls for one window). Several (VSWA):
+
+    - ``window_split="pytorch"`` (the default backend): ``KVCacheManager.calculate_max_num_blocks_for_vswa``
+      (``tensorrt_llm/_torch/pyexecutor/resource_manager.py``) gives every window size an *equal* share
+      unless ``window_size_shares`` (``TRTLLM_WINDOW_SIZE_SHARES``: one share per window size, ascending,
+      summing to 1) says otherwise, and ``int(memory * share / bytesPerToken // tokensPerBlock)`` blocks;
+    - ``window_split="cpp"`` (the TensorRT engine backend): ``BlockManager::calculateWindowSizeToShare``
+      (weight = bytes-per-token fraction x window size, normalised) and ``calculateMaxNumBlocks``'s
+      ``ceilDiv(int(memory * share / bytesPerToken), tokensPerBlock)``."""
+    if window_split not in ("pytorch", "cpp"):
+        raise SpecError(f"window_split must be 'pytorch' or 'cpp', got {window_split!r}")
     bpt: dict[int, int] = {}
     for w, b in windows_bpt:
         bpt[w] = bpt.get(w, 0) + b
-    if len(bpt) == 1:
-        share = {next(iter(bpt)): 1.0}
-    else:
+    wins = sorted(bpt)
+    if len(wins) == 1:
+        w = wins[0]
+        return {w: 1.0}, {w: -(-int(capacity_bytes / bpt[w]) // tokens_per_block)}
+    if window_split == "cpp":
+        if window_size_shares is not None:
+            raise SpecError("window_size_shares (TRTLLM_WINDOW_SIZE_SHARES) is read by the PyTorch backend only; "
+                            "drop it or use window_split='pytorch'")
         total = sum(bpt.values())
-        contrib = {w: b / total * w for w, b in bpt.items()}
+        contrib = {w: bpt[w] / total * w for w in wins}
         csum = sum(contrib.values())
         share = {w: c / csum for w, c in contrib.items()}
-    blocks = {w: -(-int(capacity_bytes * share[w] / bpt[w]) // tokens_per_block) for w in sorted(bpt)}
-    return share, blocks
+        return share, {w: -(-int(capacity_bytes * share[w] / bpt[w]) // tokens_per_block) for w in wins}
+    if window_size_shares is None:
+        shares = [1.0 / len(wins)] * len(wins)
+    else:
+        shares = [float(x) for x in window_size_shares]
+        if len(shares) != len(wins) or sum(shares) != 1.0 or min(shares) <= 0:
+            raise SpecError(f"window_size_shares must give one positive share per window size {wins} summing to "
+                            f"1.0 (TRTLLM_WINDOW_SIZE_SHARES), got {window_size_shares!r}")
+    share = dict(zip(wins, shares))
+    return share, {w: int(capacity_bytes * share[w] / bpt[w] // tokens_per_block) for w in wins}
 
 
-def blocks_per_window(specs, capacity_bytes: int, max_seq_len: int,
-                      tokens_per_block: int = TOKENS_PER_BLOCK) -> dict[int, int]:
+def blocks_per_window(specs, capacity_bytes: int, max_seq_len: int, tokens_per_block: int = TOKENS_PER_BLOCK,
+                      window_split: str = "pytorch", window_size_shares=None) -> dict[int, int]:
     """Primary blocks per window size of ``specs`` (see :func:`split`)."""
     return split([(window_of(s, max_seq_len), s.bytes_per_token) for s in specs], capacity_bytes,
-                 tokens_per_block)[1]
+                 tokens_per_block, window_split, window_size_shares)[1]
 
 
 class TrtllmPools(PagedManager):
@@ -159,7 +222,7 @@ class TrtllmPools(PagedManager):
     system_name = "trtllm_pools"
     engine_version = ENGINE_VERSION
     option_names = ("max_seq_len", "max_attention_window", "max_batch_size", "periodic_snapshot_interval",
-                    "architecture")
+                    "architecture", "window_split", "window_size_shares")
 
     def __init__(self, specs, capacity_bytes: int, tokens_per_page: int = TOKENS_PER_BLOCK,
                  enable_prefix_cache: bool = False, **options):
@@ -214,12 +277,14 @@ class TrtllmPools(PagedManager):
         self.windows = wins
         tpb = self.tokens_per_page
         self.share, self.blocks = split([(w, s.bytes_per_token) for w, s in zip(wins, self.specs)],
-                                        self.capacity_bytes, tpb)
+                                        self.capacity_bytes, tpb, options.get("window_split", "pytorch"),
+                                        options.get("window_size_shares"))
         bpt: dict[int, int] = {}
         for w, s in zip(wins, self.specs):
             bpt[w] = bpt.get(w, 0) + s.bytes_per_token
         share = self.share
-        # ceilDiv may overshoot by one block per window; the pool keeps what fits in the bytes.
+        # ceilDiv (one window; the cpp split) may overshoot by one block per window; the pool keeps
+        # what fits in the bytes.
         fit = {w: min(n, int(self.capacity_bytes * share[w]) // (tpb * bpt[w])) for w, n in self.blocks.items()}
         if any(n <= 0 for n in fit.values()):
             raise SpecError(f"capacity_bytes ({self.capacity_bytes}) leaves a window pool empty under "

@@ -7,6 +7,7 @@ step, right after scheduling (the state the step runs with). Every number is sim
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 from collections.abc import Callable
@@ -208,6 +209,11 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     mm = make_manager(system, profile, capacity, engine, {**system_options(cfg.system, engine),
                                                           **v.manager_options}, specs=v.specs)
     sched_cfg = scheduler_config(engine, profile, system)
+    cap = getattr(mm, "max_running_requests", None)
+    if cap is not None and cap < sched_cfg.max_num_seqs:
+        # an engine whose memory split also caps its running requests (SGLang: a third of the Mamba
+        # slots); the cell's max_num_seqs stands when it is the smaller
+        sched_cfg = dataclasses.replace(sched_cfg, max_num_seqs=max(1, cap))
     sched = v.make_scheduler(mm, sched_cfg, [r.fresh_copy() for r in requests])
     trace, agg = run_loop(sched, mm, v.step_cost, running_cost=v.running_cost)
     final = mm.usage()
