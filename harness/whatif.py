@@ -535,7 +535,10 @@ def run_simulations(a: Args, prof, requests, jobs: list[tuple[str, dict]]) -> di
     todo: dict[tuple, tuple[str, dict]] = {}
     for rule, opts in jobs:
         todo.setdefault(_job_key(rule, opts), (rule, opts))
-    keys = list(todo)
+    # Longest first, so that no worker idles while the last long run finishes: a simulation's
+    # cost grows with the pages it moves, so SGLang's 1-token pages go first (results are keyed,
+    # so the order changes no answer).
+    keys = sorted(todo, key=lambda k: page_tokens(todo[k][0], 16))
     n = _workers(a, len(keys))
     if n > 1:  # compose each rule's cell once here: forked workers inherit compose_cell's cache
         for rule in {r for r, _ in todo.values()}:
