@@ -346,7 +346,8 @@ def _specs(m: dict, kinds: list[str]) -> tuple[list[LayerTypeSpec], dict]:
             conv, ssm = linear_state_bytes(m)
             ci = m["extra"]["linear_state"].get("checkpoint_interval", 512)
             specs.append(MambaSpec("mamba", n, conv + ssm, c, state_bytes_per_layer=conv + ssm,
-                                   conv_bytes_per_layer=conv, checkpoint_interval=ci))
+                                   conv_bytes_per_layer=conv, checkpoint_interval=ci,
+                                   mixer=m["extra"]["linear_state"]["kind"]))
             extra["mamba_conv_bytes_per_layer"], extra["mamba_ssm_bytes_per_layer"] = conv, ssm
             extra["mamba_state_elems_per_layer"] = linear_state_elems(m)
         elif kind == "mamba":
@@ -358,7 +359,8 @@ def _specs(m: dict, kinds: list[str]) -> tuple[list[LayerTypeSpec], dict]:
             elems = (mb["d_inner"] * (mb["d_conv"] - 1), mb["d_inner"] * mb["d_state"])
             conv, ssm = elems[0] * sb, elems[1] * sb
             specs.append(MambaSpec("mamba", n, conv + ssm, c, state_bytes_per_layer=conv + ssm,
-                                   conv_bytes_per_layer=conv, checkpoint_interval=mb["checkpoint_interval"]))
+                                   conv_bytes_per_layer=conv, checkpoint_interval=mb["checkpoint_interval"],
+                                   mixer="mamba1"))
             extra["mamba_conv_bytes_per_layer"], extra["mamba_ssm_bytes_per_layer"] = conv, ssm
             extra["mamba_state_elems_per_layer"] = elems
         elif kind == "token_drop":

@@ -160,18 +160,27 @@ class VisionEmbeddingSpec(LayerTypeSpec):
     kind: ClassVar[str] = "vision_embedding"
 
 
+# Recurrent mixers a MambaSpec may name: Mamba-1 (Jamba), Mamba-2 (Nemotron-H, Granite-4.0-H,
+# Falcon-H1), gated DeltaNet (Qwen3-Next, Qwen3.5), lightning / linear attention (MiniMax-M1);
+# "" when the spec does not say.
+MAMBA_MIXERS = frozenset({"", "mamba1", "mamba2", "gdn", "linear_attention"})
+
+
 @dataclass(frozen=True)
 class MambaSpec(LayerTypeSpec):
     """Mamba / linear-attention layers: a fixed state per request (conv + SSM), not per token.
 
     ``bytes_per_token_per_layer`` is unused for the page size (kept positive for uniformity: set it
     to the state bytes); ``state_bytes_per_layer`` is the state of one layer. Prefix caching keeps
-    checkpoints of the state every ``checkpoint_interval`` tokens (Jenga default 512).
+    checkpoints of the state every ``checkpoint_interval`` tokens (Jenga default 512). ``mixer`` names
+    the recurrent layer (one of :data:`MAMBA_MIXERS`; ``""`` unknown): the allocator ignores it, an
+    engine rule may not (which kernels can export a state from inside a prefill chunk).
     """
 
     state_bytes_per_layer: int = 0
     conv_bytes_per_layer: int = 0
     checkpoint_interval: int = 512
+    mixer: str = ""
     kind: ClassVar[str] = "mamba"
     token_based: ClassVar[bool] = False
 
@@ -184,6 +193,8 @@ class MambaSpec(LayerTypeSpec):
                 f"got {self.conv_bytes_per_layer!r}"
             )
         _require_positive("MambaSpec", "checkpoint_interval", self.checkpoint_interval)
+        if self.mixer not in MAMBA_MIXERS:
+            raise SpecError(f"MambaSpec.mixer must be one of {sorted(MAMBA_MIXERS)}, got {self.mixer!r}")
 
     @property
     def state_bytes(self) -> int:

@@ -3,11 +3,18 @@ documents, as exact values for the analytic cases, each with a negative control.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conftest import req
 
 import jenga
-from jenga.baselines.vllm_hma import VllmHma, aligned_block_size, reported_capacity
+from jenga.baselines.vllm_hma import (
+    VllmHma,
+    aligned_block_size,
+    prefill_checkpoint_alignment,
+    reported_capacity,
+)
 from jenga.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec, SpecError
 
 GiB = 1 << 30
@@ -50,6 +57,34 @@ def test_reported_capacity_is_concurrency_times_max_model_len():
     cap_off = reported_capacity(off, max_model_len=4096, max_num_batched_tokens=512)
     assert cap_off["kv_capacity_tokens"] == off.pool.num_pages * 16
     assert cap_off["kv_capacity_tokens"] < cap["kv_capacity_tokens"]
+
+
+def test_reported_capacity_counts_mamba2s_prefill_checkpoint_block():
+    """Align mode holds 2 state blocks per request, 3 where the mixer exports a prefill checkpoint
+    (``MambaSpec.max_memory_usage_bytes`` + ``num_prefill_checkpoint_blocks``: Mamba-2)."""
+    def per_request(spec, mode):
+        mm = jenga.make_manager("vllm_hma", [FULL, spec], 4 * GiB, enable_prefix_cache=True, mamba_cache_mode=mode)
+        return reported_capacity(mm, max_model_len=4096)["blocks_per_request"]
+    m2 = dataclasses.replace(GDN, mixer="mamba2")
+    # full: cdiv(4096, 544) = 8 blocks; 12 Mamba layers in groups of 4 (the full layers' count): 3 groups
+    assert per_request(m2, "align") == 8 + 3 * 3
+    assert per_request(dataclasses.replace(GDN, mixer="gdn"), "align") == 8 + 3 * 2
+    assert per_request(m2, "none") == 8 + 3 * 1              # negative control: outside align mode
+
+
+def test_which_mixers_export_a_prefill_checkpoint_comes_from_the_model():
+    """vLLM 0.32: MambaMixer2.get_kv_cache_spec (prefill_checkpoint_alignment=1); gated DeltaNet,
+    lightning attention and Mamba-1 keep MambaBase's None."""
+    from harness.models import zoo_profile
+
+    want = {"granite_4_0_h_tiny": 1, "nemotron_h_8b": 1, "falcon_h1_7b": 1, "qwen3_5_4b": None,
+            "qwen3_next_80b_a3b": None, "minimax_m1": None, "jamba_1_5_mini": None, "gemma3_4b": None}
+    assert {m: prefill_checkpoint_alignment(zoo_profile(m).specs) for m in want} == want
+    m = MambaSpec("m", 1, 8, state_bytes_per_layer=8)
+    assert prefill_checkpoint_alignment([m]) is None                       # unknown mixer: no export
+    assert prefill_checkpoint_alignment([dataclasses.replace(m, mixer="mamba2"), m]) is None   # all or none
+    with pytest.raises(SpecError, match="mixer"):
+        dataclasses.replace(m, mixer="mamba3")
 
 
 def test_align_mode_keeps_only_the_mamba_state_at_the_replay_boundary():

@@ -25,6 +25,14 @@ block copies D4) plus what that system fixes at vLLM's defaults:
   decides which out-of-window blocks keep their hash: ``0`` the tails at the replay boundary and the
   junction (D3, as ``vllm_current``); ``N > 0`` also the ``cdiv(W - 1, block)``-block tail of every
   ``N``-token segment; ``None`` every block.
+- **Prefill checkpoints inside a chunk** (``model_executor/layers/mamba/mamba_mixer2.py``
+  ``MambaMixer2.get_kv_cache_spec``: ``num_prefill_checkpoint_blocks=1``,
+  ``prefill_checkpoint_alignment=1``): Mamba-2's kernels export the state at the prompt's last block
+  boundary from inside the final prefill chunk, so in align mode the scheduler need not end a chunk
+  there; gated DeltaNet (``layers/mamba/gdn/base.py``), lightning attention (``layers/mamba/linear/
+  base.py``) and Mamba-1 (``layers/mamba/mamba_mixer.py``) keep ``MambaBase.get_kv_cache_spec``'s
+  ``0`` / ``None`` and must stop a chunk there. Read from ``MambaSpec.mixer``
+  (:func:`prefill_checkpoint_alignment`).
 - **The capacity it reports** (``v1/core/kv_cache_utils.py`` ``get_kv_cache_capacity`` /
   ``get_max_concurrency_for_kv_cache_config``; ``v1/kv_cache_interface.py``
   ``*.max_memory_usage_bytes``): see :func:`reported_capacity`.
@@ -50,6 +58,17 @@ MAMBA_CACHE_MODES = ("none", "align", "all")
 # Mamba-2's SSD kernel chunk size (``mamba_chunk_size`` in Mamba-2 / Nemotron-H / Granite configs is
 # 256 on every published checkpoint we checked); only ``all`` mode aligns to it.
 DEFAULT_MAMBA_CHUNK = 256
+# Mixers whose vLLM 0.32 kernels export a block-boundary state from inside one prefill chunk, and the
+# token alignment they need (``MambaMixer2.get_kv_cache_spec``; every other mixer: none).
+PREFILL_CHECKPOINT_ALIGNMENT = {"mamba2": 1}
+
+
+def prefill_checkpoint_alignment(specs) -> int | None:
+    """The alignment of the prefill checkpoint the model's Mamba layers export inside a chunk, or None
+    when some Mamba layer cannot (then no layer does: ``Scheduler.__init__``'s
+    ``mamba_has_prefill_checkpoint_blocks`` needs every Mamba group to) or the model has none."""
+    aligns = [PREFILL_CHECKPOINT_ALIGNMENT.get(s.mixer) for s in specs if isinstance(s, MambaSpec)]
+    return aligns[0] if aligns and None not in aligns else None
 
 
 def aligned_block_size(specs, block_size: int = 16, mamba_cache_mode: str = "align",
@@ -113,6 +132,11 @@ class VllmHma(VllmCurrent):
     def mamba_block_size(self) -> int:
         """Tokens between two cacheable Mamba states (= the attention block in align/all mode)."""
         return self.block_size
+
+    @property
+    def prefill_checkpoint_alignment(self) -> int | None:
+        """See :func:`prefill_checkpoint_alignment` (the model's Mamba mixer)."""
+        return prefill_checkpoint_alignment(self.specs)
 
     # -- shared-prefix junction for Mamba groups too ------------------------------------------------
     def lookup_prefix(self, request) -> int:
@@ -202,7 +226,11 @@ def _blocks_per_request(st, max_model_len: int, max_in_flight_tokens: int, mamba
     """``cdiv(spec.max_memory_usage_bytes, page)`` of one group (``kv_cache_interface.py``)."""
     pol, tpp = st.policy, st.tokens_per_page
     if isinstance(pol, MambaPolicy):
-        return 2 if mamba_cache_mode == "align" else 1  # MambaSpec.max_memory_usage_bytes
+        # MambaSpec.max_memory_usage_bytes: align mode holds 2 states, plus the prefill checkpoint's
+        # block where the mixer exports one (num_prefill_checkpoint_blocks)
+        if mamba_cache_mode != "align":
+            return 1
+        return 2 + (prefill_checkpoint_alignment([pol.spec]) is not None)
     spec = pol.spec
     if isinstance(spec, SlidingWindowSpec):  # SlidingWindowSpec.max_admission_blocks_per_request
         return cdiv(min(spec.window - 1 + max_in_flight_tokens, max_model_len), tpp) + 1

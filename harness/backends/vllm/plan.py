@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.models import ModelProfile
+from jenga.baselines.vllm_hma import prefill_checkpoint_alignment
 from jenga.spec import (
     ChunkedLocalSpec,
     FullAttentionSpec,
@@ -117,8 +118,12 @@ def _vllm_spec(profile: ModelProfile, spec: LayerTypeSpec, block_size: int, mamb
         conv = spec.conv_bytes_per_layer
         shapes = ((conv,), (spec.state_bytes_per_layer - conv,)) if conv else ((spec.state_bytes_per_layer,),)
         padded = mamba_padded if mamba_padded and mamba_padded > spec.state_bytes_per_layer else None
+        # What the model's mixer layer adds to its spec: Mamba-2 exports a prefill checkpoint from inside
+        # a chunk (MambaMixer2.get_kv_cache_spec), the other mixers keep MambaBase's default.
+        align = prefill_checkpoint_alignment([spec])
+        export = {} if align is None else {"num_prefill_checkpoint_blocks": 1, "prefill_checkpoint_alignment": align}
         return kvi.MambaSpec(block_size=block_size, shapes=shapes, dtypes=(torch.int8,) * len(shapes),
-                             mamba_cache_mode=mamba_mode, page_size_padded=padded)
+                             mamba_cache_mode=mamba_mode, page_size_padded=padded, **export)
     heads, size, dtype = _attention_shape(profile, spec)
     common = {"block_size": block_size, "num_kv_heads": heads, "head_size": size, "dtype": dtype}
     if isinstance(spec, SlidingWindowSpec):
