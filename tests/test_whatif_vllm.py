@@ -1,6 +1,8 @@
 """vllm_hma against vLLM 0.32's own code (``make test-vllm``): the recurrent-state bytes from vLLM's
 shape calculators, and for every hybrid zoo model the planner's groups, block sizes, block count and
-the KV cache size / max concurrency vLLM reports (``get_kv_cache_capacity``) -- all exact."""
+the KV cache size / max concurrency vLLM reports (``get_kv_cache_capacity``) -- all exact; on session
+traces the simulator's prefix-hit tokens against vLLM's scheduler + KV cache manager
+(``backend=vllm_sched``)."""
 
 from __future__ import annotations
 
@@ -83,8 +85,8 @@ def test_vllm_hma_geometry_and_reported_capacity_match_vllm(name, tmp_path):
     assert vllm_tokens == ours["kv_capacity_tokens"], name
 
 
-def _hits_both(name, num_sessions, retention, kv_bytes, n=48, max_model_len=4096):
-    """Prefix-hit tokens of the simulator's vllm_hma and of vLLM 0.32's own scheduler + KV cache
+def _run_both(name, num_sessions, retention, kv_bytes, n=48, max_model_len=4096):
+    """The record metrics of the simulator's vllm_hma and of vLLM 0.32's own scheduler + KV cache
     manager (backend=vllm_sched) on the same sessions trace."""
     from omegaconf import OmegaConf
 
@@ -105,6 +107,12 @@ def _hits_both(name, num_sessions, retention, kv_bytes, n=48, max_model_len=4096
     cfg.backend.options = {"prefix_cache_retention_interval": "dense" if retention is None else retention}
     vs = sched_run(cfg, prof, reqs).metrics
     assert sim["prompt_tokens"] == vs["prompt_tokens"]
+    return sim, vs
+
+
+def _hits_both(name, num_sessions, retention, kv_bytes, n=48, max_model_len=4096):
+    """Prefix-hit tokens of both (:func:`_run_both`)."""
+    sim, vs = _run_both(name, num_sessions, retention, kv_bytes, n, max_model_len)
     return sim["prefix_hit_tokens"], vs["prefix_hit_tokens"]
 
 
@@ -112,7 +120,8 @@ def _hits_both(name, num_sessions, retention, kv_bytes, n=48, max_model_len=4096
     ("gemma3_4b", 4, 0, 4_000_000_000, 16384),   # sliding window, vLLM's default retention: 119,232 each
     ("qwen3_5_4b", 4, 0, 4_000_000_000, 16384),  # gated DeltaNet, align mode: 107,712 each
     ("qwen3_5_4b", 6, None, 1_500_000_000, 4096),  # align mode, dense retention, evictions: 72,864 each
-    ("gemma3_4b", 6, 0, 1_300_000_000, 4096),    # sliding, retention 0 under pressure: 39,168 each
+    ("gemma3_4b", 6, 0, 1_300_000_000, 4096),    # sliding, retention 0 under pressure: 36,816 each
+    ("gemma3_4b", 6, None, 1_300_000_000, 4096),  # sliding, dense retention under pressure: 58,800 each
 ])
 def test_vllm_hma_hit_tokens_match_vllms_scheduler(name, sessions, retention, kv, mml):
     sim, vllm = _hits_both(name, sessions, retention, kv, max_model_len=mml)
@@ -120,9 +129,9 @@ def test_vllm_hma_hit_tokens_match_vllms_scheduler(name, sessions, retention, kv
 
 
 @pytest.mark.xfail(strict=True, reason="known gap: under eviction pressure with dense retention the simulator "
-                   "keeps more sliding-window hits than vLLM 0.32 (4 sessions: 122,048 vs 117,376 tokens; 6 "
-                   "sessions at 1.3 GB: 58,800 vs 26,624): the order in which vLLM's free queue evicts "
-                   "hashed sliding-window blocks is not modelled exactly")
+                   "keeps more sliding-window hits than vLLM 0.32 (4 sessions at 1.3 GB: 122,048 vs 119,552 "
+                   "tokens, 2.1 %), not yet diagnosed (the 6-session gap, 58,800 vs 26,624, was vllm_sched "
+                   "sampling other replies than the next turn re-sends; it now matches, 58,800 each)")
 def test_vllm_hma_dense_retention_under_pressure():
-    sim, vllm = _hits_both("gemma3_4b", 6, None, 1_300_000_000)
+    sim, vllm = _hits_both("gemma3_4b", 4, None, 1_300_000_000)
     assert sim == pytest.approx(vllm, rel=0.01)

@@ -53,6 +53,12 @@ def reply_tokens(request_id: str, n: int) -> list[int]:
     return [(base + i) % REPLY_VOCAB + 1 for i in range(n)]
 
 
+def reply_token(request_id: str, i: int) -> int:
+    """Token ``i`` of :func:`reply_tokens` (what a backend without a model samples, so a session's next
+    turn carries the reply it generated)."""
+    return (zlib.crc32(request_id.encode()) * 31 + i) % REPLY_VOCAB + 1
+
+
 def _tokens(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:
     hi = max(vocab_size, REPLY_VOCAB + 2)
     return rng.integers(REPLY_VOCAB + 1, hi, size=n).tolist()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import tempfile
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ from harness.backends.vllm.plan import (
 from harness.models import ModelProfile
 from harness.records import RunResult, summarize_requests
 from harness.workloads.request import Request
+from harness.workloads.sessions import reply_token
 from jenga.spec import LayerTypeSpec, VisionEmbeddingSpec
 from jenga_vllm.invariants import check_invariants
 
@@ -187,7 +187,6 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     trace: list[dict[str, Any]] = []
     hits = queries = scheduled_tokens = 0
     agg = {"running": 0, "decode_steps": 0, "decode_batch": 0, "waste": 0.0, "waste_samples": 0}
-    vocab = profile.vocab_size
     wall0 = time.perf_counter()
     while pending or sched.has_unfinished_requests():
         while pending and pending[-1].arrival_time <= now:
@@ -215,8 +214,9 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
             batch.append((n, ctx, 0))
             req_ids.append(rid)
             done_prefill = vr.num_computed_tokens >= vr.num_tokens
-            # Output tokens differ per request (a real model's do), so outputs never share blocks.
-            sampled.append([(zlib.crc32(rid.encode()) + 7919 * len(vr.output_token_ids)) % vocab]
+            # Output tokens differ per request (a real model's do), so outputs never share blocks; they
+            # are the simulator's, which a sessions trace's next turn re-sends (workloads/sessions.py).
+            sampled.append([reply_token(rid, len(vr.output_token_ids))]
                            if done_prefill else [])
             if ctx >= vr.num_prompt_tokens:
                 num_decode += 1
