@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.backends.sim import align_split
 from harness.study.whatif.common import args, simulate
 from harness.study.whatif.run import main
 from harness.study.whatif.vllm_45238 import requests
@@ -16,18 +17,19 @@ from harness.study.whatif.vllm_45238 import requests
 REPORTED = {"mamba_junction": False, "prefix_cache_retention_interval": None}
 
 
-def _hits(concurrency: int, aligned_split: bool = True, options=REPORTED, **engine) -> list[int]:
+def _hits(concurrency: int, options=REPORTED, **engine) -> list[int]:
     a, prof = args("qwen3_5_35b_a3b", max_model_len=32768, max_num_seqs=concurrency, **engine)
-    _, hits = simulate("vllm_hma", a, prof, requests(4000, 2000, 12, 8), options, aligned_split=aligned_split)
+    _, hits = simulate("vllm_hma", a, prof, requests(4000, 2000, 12, 8), options)
     return sorted(hits.values())
 
 
-def test_align_mode_misses_at_concurrency_one_and_hits_by_accident_above():
+def test_align_mode_misses_at_concurrency_one_and_hits_by_accident_above(monkeypatch):
     assert _hits(1) == [0] * 12                         # the report: 0 % at --max-concurrency 1
     two = _hits(2)
     assert max(two) == 2112 and two.count(0) <= 2       # a budget-cut chunk clipped to 2 x 1,056 tokens
     # negative control: without vLLM's block-aligned split the cut lands mid-block and writes no state
-    assert _hits(2, aligned_split=False) == [0] * 12
+    monkeypatch.setattr(align_split, "chunk_hook", lambda mm, token_budget: None)
+    assert _hits(2) == [0] * 12
 
 
 def test_fixes_hit_at_concurrency_one():

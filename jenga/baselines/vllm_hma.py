@@ -32,7 +32,8 @@ block copies D4) plus what that system fixes at vLLM's defaults:
   there; gated DeltaNet (``layers/mamba/gdn/base.py``), lightning attention (``layers/mamba/linear/
   base.py``) and Mamba-1 (``layers/mamba/mamba_mixer.py``) keep ``MambaBase.get_kv_cache_spec``'s
   ``0`` / ``None`` and must stop a chunk there. Read from ``MambaSpec.mixer``
-  (:func:`prefill_checkpoint_alignment`).
+  (:func:`prefill_checkpoint_alignment`); the simulator's chunk split is
+  ``harness/backends/sim/align_split.py``.
 - **The capacity it reports** (``v1/core/kv_cache_utils.py`` ``get_kv_cache_capacity`` /
   ``get_max_concurrency_for_kv_cache_config``; ``v1/kv_cache_interface.py``
   ``*.max_memory_usage_bytes``): see :func:`reported_capacity`.
@@ -190,8 +191,10 @@ class VllmHma(VllmCurrent):
             return ()
         B = self.mamba_block_size
         hi = min(T, rs.prompt_len)
-        # align mode: the scheduler also ends a chunk at the prompt's last block boundary and at a
-        # detected shared-prefix junction ("mandatory early stops", _mamba_block_aligned_split)
+        # align mode: a state exists where a chunk ends on a block (T), and the scheduler also ends a
+        # chunk at the prompt's last block boundary -- or Mamba-2 exports the state there from inside
+        # the chunk -- and at a detected shared-prefix junction ("mandatory early stops",
+        # _mamba_block_aligned_split; the simulator's split: harness/backends/sim/align_split.py)
         cp = (rs.prompt_len - 1) // B * B
         junction = self.junction.get(rs.rid, 0) // B * B
         out = []

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.workloads.request import Request
@@ -129,6 +130,11 @@ class FullPromptProbe:
 class Scheduler:
     """Waiting and running queues plus the step policy; the engine owns time and step costs."""
 
+    # The tokens a prefill chunk of n tokens from start keeps, (seq, start, n) -> int (0: none this
+    # step); None: the token budget alone cuts chunks. The cell's variant sets vLLM's align-mode split
+    # (harness/backends/sim/align_split.py).
+    split_chunk: Callable[[SeqState, int, int], int] | None = None
+
     def __init__(self, mm: MemoryManager, config: SchedulerConfig, requests: list[Request]) -> None:
         self.mm = mm
         self.cfg = config
@@ -182,8 +188,8 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.target - seq.num_computed, budget)
-            if n < seq.target - seq.num_computed:
-                n = self._clip_chunk(seq, seq.num_computed, n)
+            if self.split_chunk is not None:
+                n = self.split_chunk(seq, seq.num_computed, n)
                 if n <= 0:
                     i += 1
                     continue
@@ -269,11 +275,13 @@ class Scheduler:
                 break
             n = seq.target - hit
             if chunk and n > budget:
-                n = self._clip_chunk(seq, hit, budget)
-                if n <= 0:
-                    break
+                n = budget
             elif out and n > budget:
                 break
+            if self.split_chunk is not None:
+                n = self.split_chunk(seq, hit, n)
+                if n <= 0:
+                    break
             if not self.mm.allocate(seq.req, n):
                 if not self.running and not out:
                     # Nothing else holds memory, so this request can never fit: drop it as
@@ -294,12 +302,6 @@ class Scheduler:
             out.append(self._entry(seq, n))
             budget -= seq.target if (self._probe is not None and not chunk) else n
         return out
-
-    def _clip_chunk(self, seq: SeqState, start: int, n: int) -> int:
-        """The tokens a budget-limited prefill chunk of ``n`` tokens from ``start`` keeps (0: none this
-        step). The shared scheduler keeps all ``n``; a what-if study overrides it to model vLLM's
-        ``Scheduler._mamba_block_aligned_split`` (align mode: chunk ends on block boundaries)."""
-        return n
 
     @staticmethod
     def _entry(seq: SeqState, n: int) -> Scheduled:

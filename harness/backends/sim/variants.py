@@ -8,7 +8,8 @@
 - **manager options**: the system's own (``system.options``) plus those only the cost model can
   supply, keyed by registry system (:data:`COST_OPTIONS`: Marconi's prefill FLOPs a hit saves);
 - **scheduler**: :class:`Scheduler`, or with a draft model :class:`specdec.SpecScheduler` (``k``
-  look-ahead slots, decode steps that emit ``1 + accepted`` tokens);
+  look-ahead slots, decode steps that emit ``1 + accepted`` tokens); on a Mamba model whose manager
+  is vLLM 0.32's in align mode, with vLLM's block-aligned prefill split (``align_split.py``);
 - **step cost**: the step-time model; with a draft model the draft ``k`` times plus the target's
   verify step (``specdec.spec_step_cost``); for a model whose vision embeddings are prompt tokens,
   the encoder work of each chunk — once per image, or with ``engine.encoder_cache=false`` again for
@@ -30,7 +31,7 @@ from typing import Any
 
 from harness.backends.cost.model import CostModel
 from harness.backends.settings import EngineSettings
-from harness.backends.sim import specdec, vision_cache
+from harness.backends.sim import align_split, specdec, vision_cache
 from harness.backends.sim.scheduler import Scheduler
 from harness.models import ModelProfile, zoo_profile
 from jenga.baselines.marconi import prefix_flops
@@ -91,6 +92,8 @@ def build(cfg, profile: ModelProfile, engine: EngineSettings, gpu, system: str, 
     if any(s.kind == "mamba" for s in profile.specs):
         v.metrics.append(_mamba_metrics)
         v.names.append("mamba_checkpoints")
+        # vLLM's align-mode prefill split, when the cell's manager is in align mode (align_split.py)
+        v.make_scheduler = align_split.with_split(v.make_scheduler)
     if system in COST_OPTIONS:
         v.manager_options.update(COST_OPTIONS[system](cost, profile))
         v.names.append(f"{system}_cost_options")

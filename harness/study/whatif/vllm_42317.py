@@ -24,7 +24,7 @@ def run(study: dict, out: Path) -> list[dict]:
         for c in study["concurrency"]:
             engine = {"max_num_seqs": c, **(v.get("engine") or {})}
             a, prof = args(study["model"], study.get("gpu", "h100"), study.get("max_model_len", 32768), **engine)
-            m, hits = simulate(v["rule"], a, prof, reqs, v.get("options") or {}, aligned_split=True)
+            m, hits = simulate(v["rule"], a, prof, reqs, v.get("options") or {})
             rows.append({"trace": "shared_prefix", "variant": v["label"], "rule": v["rule"], "concurrency": c,
                          "max_num_batched_tokens": engine.get("max_num_batched_tokens", 8192),
                          "requests_hit": sum(1 for h in hits.values() if h > 0), "num_requests": len(reqs),
@@ -48,7 +48,7 @@ def _repeat(study: dict) -> list[dict]:
     for label in rep["variants"]:
         v = next(x for x in study["variants"] if x["label"] == label)
         a, prof = args(study["model"], study.get("gpu", "h100"), rep.get("max_model_len", 65536), max_num_seqs=1)
-        m, hits = simulate(v["rule"], a, prof, reqs, v.get("options") or {}, aligned_split=True)
+        m, hits = simulate(v["rule"], a, prof, reqs, v.get("options") or {})
         rows.append({"trace": f"repeat_{n}", "variant": v["label"], "rule": v["rule"], "concurrency": 1,
                      "max_num_batched_tokens": 8192, "requests_hit": sum(1 for h in hits.values() if h > 0),
                      "num_requests": 2, "max_hit_tokens": max(hits.values()),
