@@ -110,6 +110,28 @@ def test_align_mode_keeps_only_the_mamba_state_at_the_replay_boundary():
     assert hits(1650, 50, mamba_cache_mode="none") == 0
 
 
+def test_a_hit_on_a_state_of_the_current_step_waits_for_the_next_step():
+    """vLLM 0.32 finds a Mamba state another request wrote earlier in the same step but refuses to
+    admit a request whose hit ends on it (MambaManager.get_num_blocks_to_allocate,
+    cached_blocks_this_step); next step it hits. Block 544: a 1,200-token prompt writes its state at
+    (1200 - 1) // 544 * 544 = 1,088."""
+    mm = jenga.make_manager("vllm_hma", [FULL, GDN], 4 * GiB, enable_prefix_cache=True)
+    prefix = list(range(1100))
+    a = req("a", prefix + [10**6 + i for i in range(100)])
+    b = req("b", prefix + [2 * 10**6 + i for i in range(100)])
+    c = req("c", [3 * 10**6 + i for i in range(1200)])
+    mm.begin_step()
+    assert mm.lookup_prefix(a) == 0 and mm.allocate(a, 1200)
+    assert mm.lookup_prefix(b) == 0 and not mm.allocate(b, 1200)      # waits: the state at 1,088 is a's, this step
+    assert mm.lookup_prefix(c) == 0 and mm.allocate(c, 1200)          # negative control: shares nothing
+    mm.begin_step()
+    assert mm.lookup_prefix(b) == 1088 and mm.allocate(b, 112)        # next step it hits
+    # negative control: no Mamba state is cached outside align/all mode, so nothing to wait for
+    off = jenga.make_manager("vllm_hma", [FULL, GDN], 4 * GiB, enable_prefix_cache=True, mamba_cache_mode="none")
+    assert off.lookup_prefix(a) == 0 and off.allocate(a, 1200)
+    assert off.lookup_prefix(b) == 0 and off.allocate(b, 1200)
+
+
 def test_mamba_junction_lets_the_third_request_hit():
     """vLLM 0.32's shared-prefix junction (get_computed_blocks' shared_prefix_boundary, and the
     scheduler's early stop there): b finds full attention cached to 1088 but no Mamba state, so b

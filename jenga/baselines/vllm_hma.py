@@ -114,6 +114,7 @@ class VllmHma(VllmCurrent):
         self.kernel_block_size = options.get("kernel_block_size", 16)
         self.mamba_chunk_size = options.get("mamba_chunk_size")
         self.mamba_junction = bool(options.get("mamba_junction", True))
+        self._waits_for_step: set = set()   # requests whose Mamba hit is a state of this step
         # the --block-size the user asked for; raised for Mamba hybrids below
         self.requested_block_size = tokens_per_page
         super().__init__(specs, capacity_bytes, tokens_per_page=tokens_per_page,
@@ -139,15 +140,28 @@ class VllmHma(VllmCurrent):
         """See :func:`prefill_checkpoint_alignment` (the model's Mamba mixer)."""
         return prefill_checkpoint_alignment(self.specs)
 
-    # -- shared-prefix junction for Mamba groups too ------------------------------------------------
+    # -- shared-prefix junction for Mamba groups too; hits on states of the current step --------------
     def lookup_prefix(self, request) -> int:
         """vLLM 0.32 pins the junction wherever a sparse group lags the full-attention hit
         (``KVCacheManager.get_computed_blocks``: ``shared_prefix_boundary = num_new_computed_tokens +
-        num_uncached``), Mamba groups included; ``TodaysVllmRules`` does it for sliding windows."""
+        num_uncached``), Mamba groups included; ``TodaysVllmRules`` does it for sliding windows.
+
+        vLLM also finds Mamba states cached by requests scheduled earlier in the same step (their
+        hashes are registered when their slots are allocated) but will not admit a request whose
+        Mamba hit ends on one: ``MambaManager.get_num_blocks_to_allocate`` answers "more blocks than
+        the pool has" when the hit's last block is in ``cached_blocks_this_step``, so
+        ``allocate_slots`` fails and the scheduler stops admitting until the next step, when the
+        state is computed and the request hits it. Here such a lookup marks the request, and its
+        :meth:`allocate` fails this step (the simulator's states join the cache one step later,
+        ``PagedManager.begin_step``, so without this the request would start this step with no hit)."""
         L = super().lookup_prefix(request)
         rid = request.request_id
-        if (not self.enable_prefix_cache or rid in self.reqs or rid in self.junction or not self.mamba_junction
-                or not any(st.policy.state_based for st in self.types)):
+        self._waits_for_step.discard(rid)
+        if not self.enable_prefix_cache or rid in self.reqs or not any(st.policy.state_based for st in self.types):
+            return L
+        pin = self.mamba_junction and rid not in self.junction
+        fresh = self._states_of_this_step()
+        if not pin and not fresh:
             return L
         _, hasher = self.pending[rid]
         full = len(request.prompt_token_ids) - 1
@@ -156,9 +170,26 @@ class VllmHma(VllmCurrent):
                 full = min(full, len(self._cached_flags(t, hasher, full // st.tokens_per_page, True))
                            * st.tokens_per_page)
         full -= full % self.align
-        if full > L:
+        if pin and full > L:
             self.junction[rid] = full
+        B = self.mamba_block_size
+        if any(hasher.hash_at(b) in fresh for b in range(full // B * B, L, -B)):
+            self._waits_for_step.add(rid)
         return L
+
+    def _states_of_this_step(self) -> set:
+        """Prefix hashes of the Mamba states written in the current step (not yet in the cache)."""
+        out = set()
+        for owner in self._transient_owners:
+            rs = self.reqs.get(owner)
+            if rs is not None:
+                out.update(rs.hasher.hash_at(plen) for _t, _sid, key, plen, _d in rs.transients if key is None)
+        return out
+
+    def allocate(self, request, num_new_tokens: int) -> bool:
+        if request.request_id in self._waits_for_step and request.request_id not in self.reqs:
+            return False   # its Mamba hit is computed in this step (lookup_prefix)
+        return super().allocate(request, num_new_tokens)
 
     # -- sliding-window retention (reachable_block_mask) -------------------------------------------
     def _reachable(self, rs: ReqState, t: int, j: int) -> bool:
