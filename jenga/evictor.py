@@ -14,12 +14,24 @@ live while the page's current key is that entry. A page leaves the cache in O(1)
 dropped; the stale entry is skipped when it reaches the top) and joins it in one C-level
 ``heappush`` -- a sorted container paid ~4 µs per insert, and a long-context cell caches and evicts
 hundreds of thousands of pages. Keys are unique (they end with the page id), so the order is the
-same total order a sorted list gives. A heap that is mostly stale entries is rebuilt.
+same total order a sorted list gives. A heap that is mostly stale entries is rebuilt from the live
+keys (the values of the key maps: one C-level pass, not a Python test per entry), and batches are
+pushed and popped through ``map`` (a released run is thousands of pages).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from heapq import heapify, heappop, heappush
+from itertools import repeat
+from operator import itemgetter, neg
+
+_last = itemgetter(-1)
+
+
+def _consume(it) -> None:
+    """Run an iterator of side effects to its end at C speed."""
+    deque(it, maxlen=0)
 
 
 class PrefixSubsetEvictor:
@@ -67,8 +79,12 @@ class PrefixSubsetEvictor:
         return len(self._key[t]) if self.per_type else len(self)
 
     def _compact(self, heap: list, t: int) -> None:
-        keys = self._key
-        heap[:] = [k for k in heap if keys[k[2]].get(k[3]) == k]
+        # The live entries are exactly the current keys (a duplicate live entry, left by an undone
+        # allocation, is kept once: it names the same page with the same key).
+        if self.per_type:
+            heap[:] = self._key[t].values()
+        else:
+            heap[:] = [k for d in self._key for k in d.values()]
         heapify(heap)
 
     def add(self, t: int, sid: int, ts: int, plen: int) -> None:
@@ -80,11 +96,10 @@ class PrefixSubsetEvictor:
 
     def add_many(self, t: int, sids, ts: int, plens) -> None:
         """:meth:`add` of ``(sid, plen)`` pairs at one timestamp (a released run of pages)."""
-        keys = [(ts, -p, t, s) for s, p in zip(sids, plens)]
+        keys = list(zip(repeat(ts), map(neg, plens), repeat(t), sids))
         self._key[t].update(zip(sids, keys))
         heap = self._heap(t)
-        for k in keys:
-            heappush(heap, k)
+        _consume(map(heappush, repeat(heap), keys))
         if self._j is not None:
             for s in sids:
                 self._j.call(self._unadd, t, s)
@@ -195,13 +210,20 @@ class LargePageLRU:
     def __contains__(self, lp: int) -> bool:
         return lp in self._key
 
+    def count_in(self, lps: set[int]) -> int:
+        """How many of the large pages ``lps`` are evictable."""
+        return len(self._key.keys() & lps)
+
     def _push(self, key: tuple) -> None:
         heap = self._heap
         heappush(heap, key)
         if len(heap) > 64 and len(heap) > 3 * len(self._key):
-            keys = self._key
-            heap[:] = [k for k in heap if keys.get(k[-1]) == k]
-            heapify(heap)
+            self._compact()
+
+    def _compact(self) -> None:
+        heap = self._heap
+        heap[:] = self._key.values()
+        heapify(heap)
 
     def set(self, lp: int, newest: tuple[int, int]) -> None:
         old = self._key.get(lp)
@@ -213,21 +235,22 @@ class LargePageLRU:
         self._key[lp] = key
         self._push(key)
 
-    def set_many(self, items) -> None:
-        """:meth:`set` of every ``(lp, newest)`` in ``items``."""
-        keys, heap, j = self._key, self._heap, self._j
-        for lp, newest in items:
-            key = (*newest, lp)
-            old = keys.get(lp)
-            if old == key:
-                continue
-            if j is not None:
-                j.call(self._restore, lp, old)
-            keys[lp] = key
-            heappush(heap, key)
-        if len(heap) > 64 and len(heap) > 3 * len(keys):
-            heap[:] = [k for k in heap if keys.get(k[-1]) == k]
-            heapify(heap)
+    def add_new_many(self, lps: list[int], keys: list[tuple]) -> None:
+        """:meth:`set` of large pages that are not in the LRU (each just turned evictable), with
+        their whole keys ``(*newest, lp)``; no undo log."""
+        self._key.update(zip(lps, keys))
+        heap = self._heap
+        _consume(map(heappush, repeat(heap), keys))
+        if len(heap) > 64 and len(heap) > 3 * len(self._key):
+            self._compact()
+
+    def discard_present(self, lps) -> list[int]:
+        """:meth:`discard` of each of ``lps`` (no undo log); returns the ones that were evictable."""
+        keys = self._key
+        gone = [lp for lp in lps if lp in keys]
+        for lp in gone:
+            del keys[lp]
+        return gone
 
     def discard(self, lp: int) -> None:
         old = self._key.pop(lp, None)
@@ -246,11 +269,13 @@ class LargePageLRU:
         assert self._j is None, "pop_lru runs without an undo log"
         heap, keys, out = self._heap, self._key, []
         while heap and len(out) < k:
-            key = heappop(heap)
-            lp = key[-1]
-            if keys.get(lp) == key:
-                del keys[lp]
-                out.append(lp)
+            # The next ``k - len(out)`` entries at once (each live one is taken, so no more are
+            # popped than one at a time would pop); an entry is live while it is its page's key.
+            for key in list(map(heappop, repeat(heap, min(k - len(out), len(heap))))):
+                lp = key[-1]
+                if keys.get(lp) == key:
+                    del keys[lp]
+                    out.append(lp)
         return out
 
     def newest_ts(self, lp: int) -> int:
