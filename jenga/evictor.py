@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections import deque
 from heapq import heapify, heappop, heappush
 from itertools import repeat
-from operator import itemgetter, neg
+from operator import neg
 
-_last = itemgetter(-1)
+# LargePageLRU's integer keys: the timestamp's place, and the offset of -prefix_length in it.
+_TS, _PLEN = 1 << 63, 1 << 62
 
 
 def _consume(it) -> None:
@@ -193,17 +194,32 @@ class PrefixSubsetEvictor:
 
 class LargePageLRU:
     """Evictable large pages keyed by the largest small-page key among their cached small pages
-    (a heap with lazy deletion, as :class:`PrefixSubsetEvictor`)."""
+    (a heap with lazy deletion, as :class:`PrefixSubsetEvictor`).
 
-    def __init__(self) -> None:
-        self._heap: list[tuple] = []
-        self._key: dict[int, tuple] = {}
+    A key ``(last_access, -prefix_length, lp)`` is held as one integer with the same order,
+    ``(last_access * 2**63 + 2**62 - prefix_length) * num_large + lp`` (prefix lengths below
+    2**62 tokens): the heap compares integers, not tuples item by item -- a long-context cell
+    evicts ~150k large pages from a heap of ~130k (issue 20)."""
+
+    def __init__(self, num_large: int = 1 << 40) -> None:
+        self._heap: list[int] = []
+        self._key: dict[int, int] = {}
+        self._n = max(1, num_large)
         self._j = None  # jenga.journal.Journal while an allocation that may fail runs
+
+    def code(self, newest: tuple[int, int], lp: int) -> int:
+        """The key of large page ``lp`` whose newest small-page key is ``newest``."""
+        return (newest[0] * _TS + _PLEN + newest[1]) * self._n + lp
+
+    def codes(self, ts: int, plens, lps) -> list[int]:
+        """:meth:`code` of each large page of ``lps`` whose newest key is ``(ts, -plen)``."""
+        n, base = self._n, ts * _TS + _PLEN
+        return [(base - p) * n + lp for p, lp in zip(plens, lps)]
 
     def __len__(self) -> int:
         return len(self._key)
 
-    def state_view(self) -> list[tuple]:
+    def state_view(self) -> list[int]:
         """What the LRU holds, layout aside: every evictable large page's key, in eviction order."""
         return sorted(self._key.values())
 
@@ -227,7 +243,7 @@ class LargePageLRU:
 
     def set(self, lp: int, newest: tuple[int, int]) -> None:
         old = self._key.get(lp)
-        key = (*newest, lp)
+        key = self.code(newest, lp)
         if old == key:
             return
         if self._j is not None:
@@ -235,9 +251,9 @@ class LargePageLRU:
         self._key[lp] = key
         self._push(key)
 
-    def add_new_many(self, lps: list[int], keys: list[tuple]) -> None:
+    def add_new_many(self, lps: list[int], keys: list[int]) -> None:
         """:meth:`set` of large pages that are not in the LRU (each just turned evictable), with
-        their whole keys ``(*newest, lp)``; no undo log."""
+        their keys (:meth:`code`); no undo log."""
         self._key.update(zip(lps, keys))
         heap = self._heap
         _consume(map(heappush, repeat(heap), keys))
@@ -271,21 +287,22 @@ class LargePageLRU:
         while heap and len(out) < k:
             # The next ``k - len(out)`` entries at once (each live one is taken, so no more are
             # popped than one at a time would pop); an entry is live while it is its page's key.
+            n = self._n
             for key in list(map(heappop, repeat(heap, min(k - len(out), len(heap))))):
-                lp = key[-1]
+                lp = key % n
                 if keys.get(lp) == key:
                     del keys[lp]
                     out.append(lp)
         return out
 
     def newest_ts(self, lp: int) -> int:
-        return self._key[lp][0]
+        return self._key[lp] // self._n // _TS
 
     def peek_lru(self) -> int | None:
-        heap, keys = self._heap, self._key
+        heap, keys, n = self._heap, self._key, self._n
         while heap:
             k = heap[0]
-            if keys.get(k[-1]) == k:
-                return k[-1]
+            if keys.get(k % n) == k:
+                return k % n
             heappop(heap)
         return None

@@ -20,7 +20,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from itertools import chain, islice, repeat
-from operator import floordiv, itemgetter, le, neg
+from operator import floordiv, itemgetter, le
 
 from jenga.evictor import LargePageLRU, PrefixSubsetEvictor
 from jenga.journal import Journal
@@ -67,7 +67,7 @@ class LcmPagePool:
         self.used = [0] * nt
         self.cached = [0] * nt
         self.evictor = PrefixSubsetEvictor(nt) if enable_cache else None
-        self.large_lru = LargePageLRU() if enable_cache else None
+        self.large_lru = LargePageLRU(n) if enable_cache else None
         self.evl_cached = [0] * nt  # cached small pages inside evictable large pages
         self.on_evict: EvictHook = lambda t, sid: None
         # Optional: on_evict of a list of (t, sid) at once (the manager's batch hook).
@@ -623,7 +623,7 @@ class LcmPagePool:
                 lp_used[sid] = 0
                 lp_cached[sid] = 1
                 lp_newest[sid] = (ts, -p)
-            self.large_lru.add_new_many(sids, list(zip(repeat(ts), map(neg, plens), sids)))
+            self.large_lru.add_new_many(sids, self.large_lru.codes(ts, plens, sids))
             self.evl_cached[t] += n
             return
         lps = [sid // r for sid in sids]
@@ -665,14 +665,14 @@ class LcmPagePool:
                     idle.append(lp)
         # _maybe_evictable of each large page whose last used page left: its newest key is known
         # (every cached page of it joined in this run or kept the key current).
-        ready, keys, evl = [], [], 0
+        ready, keys, evl, code = [], [], 0, self.large_lru.code
         for lp in idle:
             newest = lp_newest[lp]
             if newest is None:
                 self._maybe_evictable(lp, t)
             else:
                 ready.append(lp)
-                keys.append((*newest, lp))
+                keys.append(code(newest, lp))
                 evl += lp_cached[lp]
         self.large_lru.add_new_many(ready, keys)
         self.evl_cached[t] += evl
