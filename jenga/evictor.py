@@ -15,8 +15,9 @@ dropped; the stale entry is skipped when it reaches the top) and joins it in one
 ``heappush`` -- a sorted container paid ~4 µs per insert, and a long-context cell caches and evicts
 hundreds of thousands of pages. Keys are unique (they end with the page id), so the order is the
 same total order a sorted list gives. A heap that is mostly stale entries is rebuilt from the live
-keys (the values of the key maps: one C-level pass, not a Python test per entry), and batches are
-pushed and popped through ``map`` (a released run is thousands of pages).
+keys (the values of the key maps: one C-level pass, not a Python test per entry); a released
+run's keys wait in a pending list until the heap is next read, and evictions pop in batches (a
+released run is thousands of pages).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class PrefixSubsetEvictor:
         self.per_type = per_type
         n = num_types if per_type else 1
         self._heaps: list[list[tuple]] = [[] for _ in range(n)]
+        # Keys added in batches and not yet pushed, per heap: pushed (or heapified in) when the
+        # heap is next read. The LCM pool reads a type's heap only to evict single small pages,
+        # which it rarely does, so a released run usually costs a list extend, not a push per page.
+        self._pending: list[list[tuple]] = [[] for _ in range(n)]
         self._key: list[dict[int, tuple]] = [{} for _ in range(num_types)]
         self._j = None  # jenga.journal.Journal while an allocation that may fail runs
 
@@ -67,7 +72,17 @@ class PrefixSubsetEvictor:
         return key[0], key[1]
 
     def _heap(self, t: int) -> list:
-        return self._heaps[t if self.per_type else 0]
+        """Heap ``t``'s (or the shared one), with its pending keys in it."""
+        h = t if self.per_type else 0
+        heap, pending = self._heaps[h], self._pending[h]
+        if pending:
+            if 4 * len(pending) > len(heap):
+                heap += pending
+                heapify(heap)
+            else:
+                _consume(map(heappush, repeat(heap), pending))
+            pending.clear()
+        return heap
 
     def _push(self, key: tuple) -> None:
         t = key[2]
@@ -87,6 +102,7 @@ class PrefixSubsetEvictor:
         else:
             heap[:] = [k for d in self._key for k in d.values()]
         heapify(heap)
+        self._pending[t if self.per_type else 0].clear()
 
     def add(self, t: int, sid: int, ts: int, plen: int) -> None:
         key = (ts, -plen, t, sid)
@@ -99,12 +115,13 @@ class PrefixSubsetEvictor:
         """:meth:`add` of ``(sid, plen)`` pairs at one timestamp (a released run of pages)."""
         keys = list(zip(repeat(ts), map(neg, plens), repeat(t), sids))
         self._key[t].update(zip(sids, keys))
-        heap = self._heap(t)
-        _consume(map(heappush, repeat(heap), keys))
+        h = t if self.per_type else 0
+        heap, pending = self._heaps[h], self._pending[h]
+        pending += keys
         if self._j is not None:
             for s in sids:
                 self._j.call(self._unadd, t, s)
-        if len(heap) > 64 and len(heap) > 3 * self._live(t):
+        if len(heap) + len(pending) > 64 and len(heap) + len(pending) > 3 * self._live(t):
             self._compact(heap, t)
 
     def remove(self, t: int, sid: int) -> tuple[int, int]:
@@ -130,7 +147,7 @@ class PrefixSubsetEvictor:
                 self.remove(*top)
                 out.append(top)
             return out
-        heap, keys = self._heaps[0], self._key
+        heap, keys = self._heap(0), self._key
         while heap and len(out) < k:
             key = heappop(heap)
             d = keys[key[2]]
@@ -175,7 +192,7 @@ class PrefixSubsetEvictor:
         keys = self._key
         # A set: an entry can be in the heap twice (a page taken out and put back with the same
         # key by an undone allocation) and both copies are then live.
-        heap = list({k for k in self._heaps[0] if keys[k[2]].get(k[3]) == k})
+        heap = list({k for k in self._heap(0) if keys[k[2]].get(k[3]) == k})
         heapify(heap)
         while heap:
             k = heappop(heap)
@@ -188,7 +205,7 @@ class PrefixSubsetEvictor:
                 if key[0] == t:
                     return key
             return None
-        key = self._top(self._heaps[t if self.per_type and t is not None else 0])
+        key = self._top(self._heap(t if self.per_type and t is not None else 0))
         return None if key is None else (key[2], key[3])
 
 

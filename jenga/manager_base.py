@@ -22,7 +22,7 @@ counters kept incrementally (each request's needed/held bytes are refreshed when
 from __future__ import annotations
 
 import math
-from itertools import chain, compress, repeat
+from itertools import chain, compress, count, repeat
 from operator import itemgetter
 
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
@@ -524,11 +524,13 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             keep = [s is not None and s not in page_key for s in sids]
             sids, keys = list(compress(sids, keep)), list(compress(keys, keep))
         if index.keys().isdisjoint(keys):
-            fresh = dict(zip(keys, sids))
-            if len(fresh) == len(keys):  # no key twice
-                index.update(fresh)
+            n0 = len(index)
+            index.update(zip(keys, sids))
+            if len(index) - n0 == len(keys):  # no key twice
                 page_key.update(zip(sids, keys))
                 return
+            for key in keys:  # a key twice: undone (every one was new), then page by page
+                index.pop(key, None)
         ref, copies = self.ref[t], self.keep_block_copies
         for sid, key in zip(sids, keys):
             owner = index.get(key)
@@ -663,31 +665,26 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 if (j + 1) * tpp <= T and (j + 1) * k - 1 < nh:
                     keys[i] = hs[(j + 1) * k - 1]
                     filled.append(i)
-        if None in keys or filled:
-            # The general case, page by page (a few pages: the run's unregistered tail).
-            cached, cached_js, freed = [], [], []
-            for j, sid, key in zip(js, sids, keys):
-                if key is not None and index.setdefault(key, sid) == sid:
-                    page_key[sid] = key
-                    cached.append(sid)
-                    cached_js.append(j)
-                else:
-                    page_key.pop(sid, None)
-                    freed.append(sid)
+        # Each keyed page goes to the cache under its key if it owns it (index.setdefault, in run
+        # order); the others (no key, or a key another page owns) are freed.
+        owners = [index.setdefault(k, s) if k is not None else None for k, s in zip(keys, sids)]
+        for i in filled:
+            if owners[i] == sids[i]:
+                page_key[sids[i]] = keys[i]
+        if owners == sids:
+            cached, cached_js, freed = sids, js, []
         else:
-            # Every page keyed already: it goes to the cache under its key if it still owns it.
-            owners = [index.setdefault(k, s) for k, s in zip(keys, sids)]
-            if owners == sids:
-                cached, cached_js, freed = sids, js, []
-            else:
-                cached, cached_js, freed = [], [], []
-                for j, sid, o in zip(js, sids, owners):
-                    if o == sid:
-                        cached.append(sid)
-                        cached_js.append(j)
-                    else:
-                        page_key.pop(sid, None)
-                        freed.append(sid)
+            bad = [i for i, o, s in zip(count(), owners, sids) if o != s]
+            freed = [sids[i] for i in bad]
+            for s in freed:
+                page_key.pop(s, None)
+            cached, cached_js, prev = [], [], 0
+            for i in bad:
+                cached += sids[prev:i]
+                cached_js += js[prev:i]
+                prev = i + 1
+            cached += sids[prev:]
+            cached_js += js[prev:]
         self._hand_to_pool(t, cached, ts, [(j + 1) * tpp for j in cached_js], freed)
 
     def _hand_to_pool(self, t: int, cached_sids, ts: int, cached_plens, freed) -> None:

@@ -628,41 +628,28 @@ class LcmPagePool:
             return
         lps = [sid // r for sid in sids]
         if all(map(le, plens, islice(plens, 1, None))):
-            # Per large page, not per page (C-level passes over the run): its count of pages in the
-            # run moves from used to cached, and the newest key the run gives it is its first
-            # page's (same timestamp, prefix lengths never decreasing along the run).
+            # Per large page, not per page: its count of pages in the run moves from used to
+            # cached at once, and the newest key the run gives it is its first page's (same
+            # timestamp, prefix lengths never decreasing along the run).
             first = dict(zip(reversed(lps), reversed(plens)))
-            idle = []
-            for lp, n in Counter(lps).items():
-                u = lp_used[lp] - n
-                lp_used[lp] = u
-                c = lp_cached[lp]
-                lp_cached[lp] = c + n
-                key = (ts, -first[lp])
-                if c == 0:
-                    lp_newest[lp] = key
-                else:
-                    cur = lp_newest[lp]
-                    if cur is not None and key > cur:
-                        lp_newest[lp] = key
-                if u == 0:
-                    idle.append(lp)
+            moves = [(lp, n, first[lp]) for lp, n in Counter(lps).items()]
         else:
-            idle = []
-            for lp, p in zip(lps, plens):
-                u = lp_used[lp] - 1
-                lp_used[lp] = u
-                c = lp_cached[lp]
-                lp_cached[lp] = c + 1
-                key = (ts, -p)
-                if c == 0:
+            moves = zip(lps, repeat(1), plens)
+        idle = []
+        for lp, n, p in moves:
+            u = lp_used[lp] - n
+            lp_used[lp] = u
+            c = lp_cached[lp]
+            lp_cached[lp] = c + n
+            key = (ts, -p)
+            if c == 0:
+                lp_newest[lp] = key
+            else:
+                cur = lp_newest[lp]
+                if cur is not None and key > cur:
                     lp_newest[lp] = key
-                else:
-                    cur = lp_newest[lp]
-                    if cur is not None and key > cur:
-                        lp_newest[lp] = key
-                if u == 0:
-                    idle.append(lp)
+            if u == 0:
+                idle.append(lp)
         # _maybe_evictable of each large page whose last used page left: its newest key is known
         # (every cached page of it joined in this run or kept the key current).
         ready, keys, evl, code = [], [], 0, self.large_lru.code
