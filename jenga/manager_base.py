@@ -22,7 +22,8 @@ counters kept incrementally (each request's needed/held bytes are refreshed when
 from __future__ import annotations
 
 import math
-from itertools import repeat
+from itertools import chain, compress, count, repeat
+from operator import itemgetter
 
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
@@ -31,6 +32,8 @@ from jenga.pools import PagePool
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
 from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SlidingWindowSpec, SpecError, page_geometry
+
+_first, _second = itemgetter(0), itemgetter(1)
 
 # The protected hooks: underscored methods a system inside jenga/ may override, with the contract
 # each override must keep (the baselines that use them: oracle.py, current.py, vllm_hma.py).
@@ -134,6 +137,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self._plain_release = [plain and not (st.policy.image_based or st.policy.state_based)
                                and type(st.policy).set_prefix_length is Policy.set_prefix_length
                                for st in self.types]
+        self._image_types = {t for t, st in enumerate(self.types) if st.policy.image_based}
         # Per type: may image pages be released by _release_image_run (default image hooks)?
         self._plain_image_release = [plain and st.policy.image_based and isinstance(st.policy, ImagePolicy)
                                      and type(st.policy).set_prefix_length is ImagePolicy.set_prefix_length
@@ -338,7 +342,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         plans, demand = [], {}
         for t, st in enumerate(self.types):
             new_iv = st.policy.held_intervals(rs, prev, T, st.tokens_per_page)
-            fresh = [j for a, b in new_iv for j in range(a, b)]
+            fresh = list(chain.from_iterable(range(a, b) for a, b in new_iv))
             plans.append((new_iv, fresh))
             if fresh:
                 demand[t] = len(fresh)
@@ -348,7 +352,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         demand = {t: c for t, c in demand.items() if c > 0}
         j = None
         if not self._sure_fit(None, demand, rid):
-            verdict = self._pool_verdict(demand, [(t, sid) for t, js in hits.items() for _, sid in js], rid, True)
+            pinned = list(chain.from_iterable(zip(repeat(t), map(_second, js)) for t, js in hits.items()))
+            verdict = self._pool_verdict(demand, pinned, rid, True)
             if verdict is False:
                 # Must fail: the same answer as trying under the undo log (which changes nothing).
                 return False
@@ -361,6 +366,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self._end(j, True)
         for t, (new_iv, _) in enumerate(plans):
             rs.held[t] = new_iv
+        for t, js in hits.items():
+            # The hit's pages are a prefix of the fresh ones and each is keyed already (it was
+            # found in the index): registration starts after them, not with a pass over them.
+            rs.reg[t] = max(rs.reg[t], js[-1][0] + 1)
         rs.prev, rs.T = prev, T
         self.reqs[rid] = rs
         self.pending.pop(rid, None)
@@ -393,21 +402,21 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             pages, ref, from_cached = rs.pages[t], self.ref[t], self.pool.from_cached
             plain_data, tpp, bpt = self._plain_data[t], self.types[t].tokens_per_page, self.types[t].data_bytes_per_token
             unpinned = []  # cached pages this hit takes, pinned in one batch below
-            refs = list(map(ref.get, [sid for _, sid in js])) if plain_pin else None
+            sids = [sid for _, sid in js] if plain_pin else None
+            refs = [ref.get(s) for s in sids] if plain_pin else None
             if plain_pin and not any(refs):
                 # A hit on cached pages none of which a running request holds.
-                unpinned = [sid for _, sid in js]
+                unpinned = sids
                 ref.update(dict.fromkeys(unpinned, 1))
                 pages.update(js)
                 js = ()
-            elif plain_pin and plain_data and all(refs) and (max(j for j, _ in js) + 1) * tpp <= T:
+            elif plain_pin and plain_data and all(refs) and (max(map(_first, js)) + 1) * tpp <= T:
                 # A hit on pages running requests hold, every one full (tpp tokens of data): the
                 # per-page branch below for all of them at once.
-                sids = [sid for _, sid in js]
                 data = [shared.setdefault((t, sid), tpp * bpt) for sid in sids]
                 self.dup_bytes += sum(data)
                 pins.extend(zip(repeat(t), sids, repeat(None), data))
-                ref.update(zip(sids, [r + 1 for r in refs]))
+                ref.update(zip(sids, map((1).__add__, refs)))
                 pages.update(js)
                 js = ()
             for j, sid in js:
@@ -429,18 +438,20 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             if unpinned:
                 keys = (uncache_many(t, unpinned) if uncache_many is not None
                         else [from_cached(t, sid) for sid in unpinned])
-                pins.extend((t, sid, key, 0) for sid, key in zip(unpinned, keys))
+                pins.extend(zip(repeat(t), unpinned, keys, repeat(0)))
         alloc_many, jr = self.pool.alloc_many, self._j
         for t, plan in enumerate(plans):
             if plan is None or not plan[1]:
                 continue
             pages, ref = rs.pages[t], self.ref[t]
-            js = [j for j in plan[1] if j not in pages]  # hits are pinned already
+            js = plan[1]
+            if not pages.keys().isdisjoint(js):
+                js = [j for j in js if j not in pages]  # hits are pinned already
             sids = alloc_many(t, rs.rid, len(js), tight)
             if jr is None:
                 ref.update(dict.fromkeys(sids, 1))
                 pages.update(zip(js, sids))
-                done.extend((t, j, sid) for j, sid in zip(js, sids))
+                done.extend(zip(repeat(t), js, sids))
             else:
                 for j, sid in zip(js, sids):
                     jr.item(ref, sid)
@@ -449,9 +460,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                     done.append((t, j, sid))
             if len(sids) < len(js):
                 return False
-        if self.enable_prefix_cache:
+        if self.enable_prefix_cache and self._image_types:
             for t, j, sid in done:
-                if self.types[t].policy.image_based:
+                if t in self._image_types:
                     self._register(t, sid, self._page_key(rs, t, j, T))
         return True
 
@@ -489,24 +500,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 hs, k = rs.hasher.chain(end * tpp), tpp // rs.hasher.block
                 nh = len(hs)
                 if plain:
-                    # _register, unrolled for the default hooks (nothing is logged after _end).
-                    page_key, index, ref = self.page_key[t], self.index[t], self.ref[t]
-                    copies = self.keep_block_copies
-                    for j in range(rs.reg[t], end):
-                        sid = pages.get(j)
-                        i = (j + 1) * k - 1
-                        if sid is None or i >= nh or sid in page_key:
-                            continue
-                        key = hs[i]
-                        owner = index.get(key)
-                        if owner is None:
-                            index[key] = sid
-                            page_key[sid] = key
-                        elif copies:
-                            self._register_copy(t, sid, key)
-                        elif owner != sid and not ref.get(owner, 0):
-                            index[key] = sid
-                            page_key[sid] = key
+                    self._register_run(t, pages, rs.reg[t], min(end, nh // k), hs, k)
                     rs.reg[t] = max(rs.reg[t], end)
                     continue
                 for j in range(rs.reg[t], end):
@@ -515,6 +509,39 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                         i = (j + 1) * k - 1
                         self._register(t, sid, hs[i] if i < nh else None)
             rs.reg[t] = max(rs.reg[t], end)
+
+    def _register_run(self, t: int, pages: dict[int, int], lo: int, hi: int, hs: list, k: int) -> None:
+        """_register of pages ``lo .. hi-1`` (held ones, keys known: ``hs[(j + 1) * k - 1]``),
+        unrolled for the default hooks (nothing is logged after _end). Pages already keyed are
+        skipped and the rest, when none of their keys is indexed yet (the common case: a chunk of
+        new pages), enter the index in one C-level update each way; otherwise page by page."""
+        if lo >= hi:
+            return
+        page_key, index = self.page_key[t], self.index[t]
+        sids = [pages.get(j) for j in range(lo, hi)]
+        keys = hs[(lo + 1) * k - 1:hi * k:k]
+        if None in sids or not page_key.keys().isdisjoint(sids):
+            keep = [s is not None and s not in page_key for s in sids]
+            sids, keys = list(compress(sids, keep)), list(compress(keys, keep))
+        if index.keys().isdisjoint(keys):
+            n0 = len(index)
+            index.update(zip(keys, sids))
+            if len(index) - n0 == len(keys):  # no key twice
+                page_key.update(zip(sids, keys))
+                return
+            for key in keys:  # a key twice: undone (every one was new), then page by page
+                index.pop(key, None)
+        ref, copies = self.ref[t], self.keep_block_copies
+        for sid, key in zip(sids, keys):
+            owner = index.get(key)
+            if owner is None:
+                index[key] = sid
+                page_key[sid] = key
+            elif copies:
+                self._register_copy(t, sid, key)
+            elif owner != sid and not ref.get(owner, 0):
+                index[key] = sid
+                page_key[sid] = key
 
     def _cacheable(self, rs: ReqState, t: int, j: int) -> bool:
         """Whether logical page j of type t may enter the cache index (every page here; today's
@@ -549,16 +576,19 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         per page (issue 20). Cached and freed pages go to the pool in two batches: its state does
         not depend on how the two interleave (LcmPagePool.cache_many)."""
         pages, ref, page_key, index = rs.pages[t], self.ref[t], self.page_key[t], self.index[t]
-        pool, shared = self.pool, self.shared_data
         cache, copies = self.enable_prefix_cache, self.keep_block_copies
         copy_key = self.copy_key[t]
+        sids = [pages.pop(j) for j in js]
+        if images is None and not (copies and not copy_key.keys().isdisjoint(sids)):
+            self._release_token_run(rs, t, js, sids, ts, tpp)
+            return
+        shared = self.shared_data
         T = rs.T
         hs, k = (rs.hasher.chain(T), tpp // rs.hasher.block) if cache and images is None else ((), 1)
         nh = len(hs)
         cached_sids, cached_plens, freed = [], [], []
         dup = 0
-        for j in js:
-            sid = pages.pop(j)
+        for j, sid in zip(js, sids):
             if images is None:
                 plen = (j + 1) * tpp
             else:
@@ -590,6 +620,77 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             page_key.pop(sid, None)
             freed.append(sid)
         self.dup_bytes -= dup
+        self._hand_to_pool(t, cached_sids, ts, cached_plens, freed)
+
+    def _release_token_run(self, rs: ReqState, t: int, js, sids: list[int], ts: int, tpp: int) -> None:
+        """:meth:`_release_run`'s loop for token pages none of which is a remembered copy, as a
+        few passes over the run that each do one thing (list comprehensions, list equality,
+        ``dict.update``) instead of one branchy Python step per page: the same dict operations
+        in the same order per dict, so the same state (a finished request releases ~10k pages
+        per type; issue 20)."""
+        ref, page_key, index, shared = self.ref[t], self.page_key[t], self.index[t], self.shared_data
+        refs = [ref[s] for s in sids]
+        if refs.count(1) != len(refs):
+            # Pages other running requests hold too lose one reference (_undup, unrolled: the
+            # page's one data size leaves the double count); the rest are released below.
+            dup, sole_js, sole = 0, [], []
+            for j, sid, r in zip(js, sids, refs):
+                if r == 1:
+                    sole_js.append(j)
+                    sole.append(sid)
+                    continue
+                ref[sid] = r - 1
+                dup += shared[(t, sid)]
+                if r == 2:
+                    del shared[(t, sid)]
+            self.dup_bytes -= dup
+            js, sids = sole_js, sole
+        for s in sids:
+            del ref[s]
+        if not self.enable_prefix_cache:
+            for s in sids:
+                page_key.pop(s, None)
+            self._hand_to_pool(t, (), ts, (), sids)
+            return
+        keys = [page_key.get(s) for s in sids]
+        filled = ()
+        if None in keys:
+            # Pages not registered yet: the key read from the hash chain by index (None past the
+            # computed tokens or the known ones).
+            T, hs, k = rs.T, rs.hasher.chain(rs.T), tpp // rs.hasher.block
+            nh, i, filled = len(hs), -1, []
+            for _ in range(keys.count(None)):
+                i = keys.index(None, i + 1)
+                j = js[i]
+                if (j + 1) * tpp <= T and (j + 1) * k - 1 < nh:
+                    keys[i] = hs[(j + 1) * k - 1]
+                    filled.append(i)
+        # Each keyed page goes to the cache under its key if it owns it (index.setdefault, in run
+        # order); the others (no key, or a key another page owns) are freed.
+        owners = [index.setdefault(k, s) if k is not None else None for k, s in zip(keys, sids)]
+        for i in filled:
+            if owners[i] == sids[i]:
+                page_key[sids[i]] = keys[i]
+        if owners == sids:
+            cached, cached_js, freed = sids, js, []
+        else:
+            bad = [i for i, o, s in zip(count(), owners, sids) if o != s]
+            freed = [sids[i] for i in bad]
+            for s in freed:
+                page_key.pop(s, None)
+            cached, cached_js, prev = [], [], 0
+            for i in bad:
+                cached += sids[prev:i]
+                cached_js += js[prev:i]
+                prev = i + 1
+            cached += sids[prev:]
+            cached_js += js[prev:]
+        self._hand_to_pool(t, cached, ts, [(j + 1) * tpp for j in cached_js], freed)
+
+    def _hand_to_pool(self, t: int, cached_sids, ts: int, cached_plens, freed) -> None:
+        """Released pages to the pool: the cached ones in one batch, then the freed ones (its
+        state does not depend on how the two interleave: LcmPagePool.cache_many)."""
+        pool = self.pool
         if cached_sids:
             cache_many = getattr(pool, "cache_many", None)
             if cache_many is not None:

@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import accumulate
+from operator import itemgetter
 
 from jenga.hashing import BlockHasher
 from jenga.interface import RequestView
 from jenga.policies import FullPolicy, ImageInfo, cdiv
 from jenga.reqstate import ReqState, image_infos
+
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 class PrefixCacheMixin:
@@ -62,8 +66,9 @@ class PrefixCacheMixin:
         return self._longest_hit(hasher, images, hit)
 
     def _cached_flags(self, t: int, hasher: BlockHasher, npages: int, stop_at_miss: bool) -> list[int]:
-        """1/0 per logical page ``0 .. npages-1`` of type ``t``: is the prefix it ends in the cache
-        index (``stop_at_miss``: up to the first miss)."""
+        """True/False per logical page ``0 .. npages-1`` of type ``t``: is the prefix it ends in the
+        cache index (``stop_at_miss``: up to the first miss). One C-level pass over the page hashes
+        (``map`` of the index's ``__contains__``): a 150k-token prompt is ~10k pages per type."""
         idx = self.index[t]
         hs = hasher.page_hashes(self.types[t].tokens_per_page, npages)
         if stop_at_miss:
@@ -72,10 +77,10 @@ class PrefixCacheMixin:
                 if h not in idx:
                     break
                 n += 1
-            return [1] * n
-        flags = [1 if h in idx else 0 for h in hs]
+            return [True] * n
+        flags = [h in idx for h in hs]
         if len(flags) < npages:  # pages whose tokens are not known yet are never cached
-            flags += [0] * (npages - len(flags))
+            flags += [False] * (npages - len(flags))
         return flags
 
     def _longest_hit(self, hasher: BlockHasher, images: list[ImageInfo], upper: int) -> int:
@@ -109,9 +114,7 @@ class PrefixCacheMixin:
                     upper = min(upper, len(flags) * st.tokens_per_page)
                     upper -= upper % self.align
                     continue
-                prefix = [0]
-                for f in flags:
-                    prefix.append(prefix[-1] + f)
+                prefix = list(accumulate(flags, initial=0))
                 count = (lambda a, b, p=prefix: p[min(b, len(p) - 1)] - p[min(a, len(p) - 1)])
                 fns.append(lambda L, pol=pol, c=count, tpp=st.tokens_per_page:
                            pol.longest_valid(c, L, self.align, tpp))
@@ -371,10 +374,18 @@ class PrefixCacheMixin:
                         got += [(j, idx[(im.image_id, j - base)]) for j in fresh if base <= j < base + n]
             elif not pol.state_based and fresh and (fresh[0] + 1) * tpp <= L:
                 hs, k = rs.hasher.chain(L), tpp // rs.hasher.block
-                for j in fresh:
-                    if (j + 1) * tpp > L:
-                        break
-                    got.append((j, idx[hs[(j + 1) * k - 1]]))
+                if len(plans[t][0]) == 1:
+                    # One held interval: ``fresh`` is consecutive pages, and the hit takes those
+                    # that end inside it -- their hashes one slice of the chain, their pages one
+                    # C-level map over the index.
+                    js = fresh[:max(0, min(len(fresh), L // tpp - fresh[0]))]
+                    hk = hs[(js[0] + 1) * k - 1:(js[-1] + 1) * k:k]
+                    got = list(zip(js, [idx[h] for h in hk]))
+                else:
+                    for j in fresh:
+                        if (j + 1) * tpp > L:
+                            break
+                        got.append((j, idx[hs[(j + 1) * k - 1]]))
             if got:
                 out[t] = got
         return out

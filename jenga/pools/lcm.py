@@ -17,13 +17,17 @@ Pools call ``on_evict(t, sid)`` before reusing a cached page so the manager can 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
+from itertools import chain, islice, repeat
+from operator import floordiv, itemgetter, le
 
 from jenga.evictor import LargePageLRU, PrefixSubsetEvictor
 from jenga.journal import Journal
 from jenga.policies import cdiv
 
 EvictHook = Callable[[int, int], None]
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 def _append(lst: list, x, _=None) -> None:
@@ -63,7 +67,7 @@ class LcmPagePool:
         self.used = [0] * nt
         self.cached = [0] * nt
         self.evictor = PrefixSubsetEvictor(nt) if enable_cache else None
-        self.large_lru = LargePageLRU() if enable_cache else None
+        self.large_lru = LargePageLRU(n) if enable_cache else None
         self.evl_cached = [0] * nt  # cached small pages inside evictable large pages
         self.on_evict: EvictHook = lambda t, sid: None
         # Optional: on_evict of a list of (t, sid) at once (the manager's batch hook).
@@ -139,15 +143,9 @@ class LcmPagePool:
                 need += cdiv(n, r)
         if need > avail:
             return False
-        seen = set()
-        for t, sid in pinned:
-            lp = sid // ratio[t]
-            if lp not in seen and lp in lru:
-                seen.add(lp)
-                avail -= 1
-                if need > avail:
-                    return False
-        return True
+        # The large pages of the pinned hits (one C-level pass: a hit pins thousands of pages).
+        lps = set(map(floordiv, map(_second, pinned), map(ratio.__getitem__, map(_first, pinned))))
+        return need <= avail - lru.count_in(lps)
 
     def _touch(self, lp: int) -> None:
         """Log the large page's whole record before it changes."""
@@ -317,11 +315,14 @@ class LcmPagePool:
             # "request_hit"), without one call chain per small page (issue 20).
             pc, fl, lru, owner_partial, lp_slots = (self.path_counts, self.free_large, self.large_lru,
                                                     self.owner_partial, self.lp_slots)
-            key = (t, owner)
+            key, r = (t, owner), self.ratio[t]
             while len(out) < n:
                 d = owner_partial.get(key)
                 if d:
                     lp, path = next(reversed(d)), None
+                elif n - len(out) >= r and (fl or (lru is not None and len(lru))):
+                    out += self._take_whole_large(t, owner, (n - len(out)) // r)
+                    continue
                 elif fl:
                     lp, path = self._new_large(t, owner), "new_large"
                 elif lru is not None and len(lru):
@@ -342,6 +343,39 @@ class LcmPagePool:
                 break
             out.append(sid)
         return out
+
+    def _take_whole_large(self, t: int, owner: object, m: int) -> list[int]:
+        """Up to ``m`` whole large pages for ``owner``'s pages of type ``t`` (no undo log, the
+        owner has no partial page of the type): free ones in pop order, then the LRU evictable
+        ones -- each taken as soon as it is evicted -- carved and filled at once. The same pages,
+        slots, path counts and state as the page-at-a-time loop of :meth:`alloc_many` (a new
+        large page that is filled leaves the partial lists as it found them); returns the small
+        pages in its order."""
+        fl, r, pc = self.free_large, self.ratio[t], self.path_counts
+        a = min(m, len(fl))
+        lps = fl[len(fl) - a:]
+        lps.reverse()  # pop() order
+        del fl[len(fl) - a:]
+        pc["new_large"] += a
+        if a < m and self.large_lru is not None:
+            e = self._evict_lru_large(m - a)
+            if e:
+                lps += fl[len(fl) - e:]  # each evicted page is taken as soon as it is free
+                del fl[len(fl) - e:]
+                pc["evict_large"] += e
+        k = len(lps)
+        pc["request_hit"] += k * (r - 1)
+        lp_type, lp_owner, lp_slots, lp_used = self.lp_type, self.lp_owner, self.lp_slots, self.lp_used
+        for lp in lps:
+            lp_type[lp] = t
+            lp_owner[lp] = owner
+            lp_slots[lp] = []
+            lp_used[lp] = r
+        self.used[t] += k * r
+        if owner is not None:
+            self.owner_partial.pop((t, owner), None)
+            self.owner_lps.setdefault(owner, set()).update(lps)
+        return list(chain.from_iterable([range(lp * r, lp * r + r) for lp in lps]))
 
     def _take_slots(self, lp: int, t: int, k: int) -> list[int]:
         """:meth:`_take_slot` ``k`` times (no undo log): the slots it would pop, in its order."""
@@ -508,7 +542,7 @@ class LcmPagePool:
             if owner is not None:
                 self.owner_partial.setdefault((t, owner), {})[lp] = None
 
-    def _release_large(self, lp: int, t: int) -> None:
+    def _release_large(self, lp: int, t: int, push: bool = True) -> None:
         self._unlist_partial(lp, t)
         self.nfree_slots[t] -= len(self.lp_slots[lp])  # an evicted large page had cached slots too
         owner = self.lp_owner[lp]
@@ -521,7 +555,8 @@ class LcmPagePool:
         self.lp_owner[lp] = None
         self.lp_slots[lp] = None
         self.lp_type[lp] = -1
-        self._push_free_large(lp)
+        if push:
+            self._push_free_large(lp)
 
     # -- state changes -------------------------------------------------------------------------------
     def free(self, t: int, sid: int) -> None:
@@ -578,13 +613,34 @@ class LcmPagePool:
             return
         self.evictor.add_many(t, sids, ts, plens)
         r, lp_used, lp_cached, lp_newest = self.ratio[t], self.lp_used, self.lp_cached, self.lp_newest
+        n = len(sids)
+        self.used[t] -= n
+        self.cached[t] += n
+        if r == 1:
+            # Each page is a whole large page, used until now (so nothing of it was cached): each
+            # turns evictable with its own key -- set at C speed, no Python step per page.
+            for sid, p in zip(sids, plens):
+                lp_used[sid] = 0
+                lp_cached[sid] = 1
+                lp_newest[sid] = (ts, -p)
+            self.large_lru.add_new_many(sids, self.large_lru.codes(ts, plens, sids))
+            self.evl_cached[t] += n
+            return
+        lps = [sid // r for sid in sids]
+        if all(map(le, plens, islice(plens, 1, None))):
+            # Per large page, not per page: its count of pages in the run moves from used to
+            # cached at once, and the newest key the run gives it is its first page's (same
+            # timestamp, prefix lengths never decreasing along the run).
+            first = dict(zip(reversed(lps), reversed(plens)))
+            moves = [(lp, n, first[lp]) for lp, n in Counter(lps).items()]
+        else:
+            moves = zip(lps, repeat(1), plens)
         idle = []
-        for sid, p in zip(sids, plens):
-            lp = sid // r
-            u = lp_used[lp] - 1
+        for lp, n, p in moves:
+            u = lp_used[lp] - n
             lp_used[lp] = u
             c = lp_cached[lp]
-            lp_cached[lp] = c + 1
+            lp_cached[lp] = c + n
             key = (ts, -p)
             if c == 0:
                 lp_newest[lp] = key
@@ -594,19 +650,18 @@ class LcmPagePool:
                     lp_newest[lp] = key
             if u == 0:
                 idle.append(lp)
-        self.used[t] -= len(sids)
-        self.cached[t] += len(sids)
         # _maybe_evictable of each large page whose last used page left: its newest key is known
         # (every cached page of it joined in this run or kept the key current).
-        ready, evl = [], 0
+        ready, keys, evl, code = [], [], 0, self.large_lru.code
         for lp in idle:
             newest = lp_newest[lp]
             if newest is None:
                 self._maybe_evictable(lp, t)
             else:
-                ready.append((lp, newest))
+                ready.append(lp)
+                keys.append(code(newest, lp))
                 evl += lp_cached[lp]
-        self.large_lru.set_many(ready)
+        self.large_lru.add_new_many(ready, keys)
         self.evl_cached[t] += evl
 
     def uncache_many(self, t: int, sids: list[int]) -> list[tuple[int, int]]:
@@ -617,14 +672,14 @@ class LcmPagePool:
         r, lru, evl = self.ratio[t], self.large_lru, self.evl_cached
         lp_used, lp_cached, lp_newest = self.lp_used, self.lp_cached, self.lp_newest
         out = self.evictor.remove_many(t, sids)
-        for sid in sids:
-            lp = sid // r
-            if lp in lru:
-                lru.discard(lp)
-                evl[t] -= lp_cached[lp]
-            lp_cached[lp] -= 1
+        # Per large page, in C-level passes: the evictable ones stop being evictable (their cached
+        # pages leave the count of evictable ones first), then their pages move to used.
+        cnt = Counter([sid // r for sid in sids]) if r > 1 else dict.fromkeys(sids, 1)
+        evl[t] -= sum([lp_cached[lp] for lp in lru.discard_present(cnt)])
+        for lp, n in cnt.items():
+            lp_cached[lp] -= n
             lp_newest[lp] = None
-            lp_used[lp] += 1
+            lp_used[lp] += n
         self.cached[t] -= len(sids)
         self.used[t] += len(sids)
         return out
@@ -674,17 +729,35 @@ class LcmPagePool:
         lps = self.large_lru.pop_lru(k)
         lp_type, lp_cached, lp_newest, ratio = self.lp_type, self.lp_cached, self.lp_newest, self.ratio
         evl, cached, evictor = self.evl_cached, self.cached, self.evictor
-        evicted = []  # (t, sid) in eviction order, for one on_evict_many call
-        for lp in lps:
-            t = lp_type[lp]
-            evl[t] -= lp_cached[lp]
+        evicted = []  # (t, sid), for one on_evict_many call (each type's pages in eviction order)
+        types = [lp_type[lp] for lp in lps]
+        for t in dict.fromkeys(types):
+            mine = lps if types.count(t) == len(types) else [lp for lp, u in zip(lps, types) if u == t]
             r = ratio[t]
-            gone = evictor.pop_cached(t, range(lp * r, lp * r + r)) if r > 1 else evictor.pop_cached(t, (lp,))
-            evicted += [(t, sid) for sid in gone]
-            cached[t] -= len(gone)
-            lp_cached[lp] = 0
-            lp_newest[lp] = None
-            self._release_large(lp, t)
+            if r == 1:
+                # Whole-large-page pages: each holds one cached page, is tied to no request (alloc
+                # never ties them) and has no free slot, so releasing it is four stores, done at C
+                # speed for the lot.
+                evictor.pop_cached(t, mine)
+                evicted += zip(repeat(t), mine)
+                evl[t] -= len(mine)
+                cached[t] -= len(mine)
+                lp_slots = self.lp_slots
+                for lp in mine:
+                    lp_cached[lp] = 0
+                    lp_newest[lp] = None
+                    lp_slots[lp] = None
+                    lp_type[lp] = -1
+                continue
+            for lp in mine:
+                evl[t] -= lp_cached[lp]
+                gone = evictor.pop_cached(t, range(lp * r, lp * r + r))
+                evicted += zip(repeat(t), gone)
+                cached[t] -= len(gone)
+                lp_cached[lp] = 0
+                lp_newest[lp] = None
+                self._release_large(lp, t, push=False)
+        self.free_large += lps  # in LRU order, as one eviction at a time leaves them
         if self.on_evict_many is not None:
             self.on_evict_many(evicted)
         else:
