@@ -127,7 +127,7 @@ def _run_loop(sched: Scheduler, mm, step_cost: StepCost, complete: Complete, max
         dt = step_cost(step)
         if running_cost is not None:
             dt += running_cost(len(sched.running), len(step))
-        u = mm.usage()
+        u = sched.step_usage()      # mm's usage, read once per step (Scheduler.step_usage)
         # An allocator that over-commits must fail the cell, not write an "ok" record.
         assert u.free_bytes >= 0, f"{type(mm).__name__} over-committed: free_bytes={u.free_bytes} at step {steps}"
         alloc = u.allocated_bytes
