@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
-from harness.config import ConfigError, compose_cell, options, validate
+from harness.config import ConfigError, compose_cell, copy_config, options, validate
 from harness.records import REPO_ROOT, finished_record
 from harness.run import cell_dir
 from harness.study import plan as planner
@@ -137,7 +137,7 @@ def check_cells(cells: Sequence[tuple[str, list[str]]], jobs: int = 1) -> list[A
             base = composed[key]
             if isinstance(base, ConfigError):
                 raise base
-            cfg = base.copy()
+            cfg = copy_config(base)
             if seeds:
                 value = OmegaConf.create({"seed": seeds[-1].split("=", 1)[1]}).seed
                 try:

@@ -45,10 +45,7 @@ def run_one(overrides: list[str], force: bool = False, cfg: DictConfig | None = 
     try:
         if cfg is None:
             return run_overrides(list(overrides) + (["force=true"] if force else []))
-        if force:
-            cfg = cfg.copy()
-            cfg.force = True
-        return run_cell(cfg, list(overrides) + (["force=true"] if force else []))
+        return run_cell(cfg, list(overrides) + (["force=true"] if force else []), force=force or None)
     except Exception as exc:  # noqa: BLE001
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "overrides": list(overrides)}
 
