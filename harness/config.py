@@ -8,7 +8,7 @@ errors into one :class:`ConfigError` that names the key and the file it came fro
 
 from __future__ import annotations
 
-import copy
+import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,22 +312,28 @@ def compose_cell(overrides: list[str] | tuple[str, ...] = (), conf_dir: str | Pa
     """
     overrides = list(overrides)
     conf = Path(conf_dir) if conf_dir else CONF_DIR
-    # A study composes each cell twice in one process (checked whole before running, then run):
-    # the second is a copy of the first (~2 ms instead of ~100 ms). Keyed by the config folder's
-    # files and their modification times, so an edited config file is composed afresh.
+    # A cell composed twice in one process: the second is a copy of the first (~2 ms instead of
+    # ~100 ms). Keyed by the config folder's files and their modification times, so an edited
+    # config file is composed afresh. Kept pickled (:func:`copy_config`).
     stamp = _conf_stamp(conf)
     key = (tuple(overrides), str(conf), stamp)
     hit = _COMPOSED.get(key)
     if hit is not None:
-        return copy.deepcopy(hit)
+        return pickle.loads(hit)
     cfg = _compose_cell(overrides, conf, stamp)
     if len(_COMPOSED) >= 4096:
         _COMPOSED.clear()
-    _COMPOSED[key] = copy.deepcopy(cfg)
+    _COMPOSED[key] = pickle.dumps(cfg)
     return cfg
 
 
-_COMPOSED: dict[tuple, DictConfig] = {}
+_COMPOSED: dict[tuple, bytes] = {}
+
+
+def copy_config(cfg: DictConfig) -> DictConfig:
+    """An independent copy of a composed config: a pickle round trip (the way every cell config
+    reaches a study's pool workers), ~2.3 ms where ``DictConfig.copy``'s deep copy takes ~6 ms."""
+    return pickle.loads(pickle.dumps(cfg))
 
 
 def _conf_stamp(conf: Path) -> tuple:
@@ -360,9 +366,10 @@ def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) 
             if key not in _DEFAULTS_COMPOSED:
                 if len(_DEFAULTS_COMPOSED) >= 1024:
                     _DEFAULTS_COMPOSED.clear()
-                _DEFAULTS_COMPOSED[key] = _hydra_compose(groups, conf)
+                base, choices = _hydra_compose(groups, conf)
+                _DEFAULTS_COMPOSED[key] = pickle.dumps(base), choices
             base, choices = _DEFAULTS_COMPOSED[key]
-            cfg = copy.deepcopy(base)
+            cfg = pickle.loads(base)
             if values:
                 _apply_config_overrides(values, cfg)
     except (HydraException, OmegaConfBaseException) as exc:
@@ -371,7 +378,7 @@ def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) 
     return cfg
 
 
-_DEFAULTS_COMPOSED: dict[tuple, tuple[DictConfig, dict[str, str]]] = {}
+_DEFAULTS_COMPOSED: dict[tuple, tuple[bytes, dict[str, str]]] = {}
 
 
 def _apply_config_overrides(overrides: list, cfg: DictConfig) -> None:

@@ -63,11 +63,12 @@ def cell_dir(cfg: DictConfig) -> Path:
     return record_dir(cfg.out_dir, cell_keys(cfg), [key, f"code={code_fingerprint()}"])
 
 
-def run_cell(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run (or reuse) one cell and return its record."""
+def run_cell(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = (), force: bool | None = None) -> dict[str, Any]:
+    """Run (or reuse) one cell and return its record; ``force`` (default: ``cfg.force``) reruns a
+    cell whose record exists."""
     out = cell_dir(cfg)
     rec_path, fail_path = out / "record.json", out / "failure.json"
-    if not cfg.get("force", False):
+    if not (cfg.get("force", False) if force is None else force):
         existing = finished_record(out)
         if existing is not None:
             existing["reused"] = True

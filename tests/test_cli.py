@@ -286,6 +286,16 @@ def test_every_study_file_names_a_registered_kind_and_every_make_target_calls_ha
     assert "STUDY = $(PY) -m harness.study" in make and "SWEEP = $(STUDY) " in "\n".join(make)
 
 
+def test_a_kind_says_in_the_registry_whether_it_checks_plans():
+    """The command loads a kind's module before the cells only for its check (Kind.checks): the
+    flag must say whether the module has one."""
+    from harness.study import kinds
+
+    for kind in kinds.KINDS.values():
+        if kind.runner == "cells":
+            assert hasattr(kind.load(), "check") == kind.checks, kind.name
+
+
 @pytest.mark.slow
 def test_study_entry_point_dry_runs_every_kind_family(capsys):
     """One entry point plans a figure, a sweep and an issue-6 study; --dry-run runs nothing."""

@@ -87,7 +87,9 @@ def test_dirty_flag_ignores_the_results_folder(monkeypatch):
         return "0" * 40
 
     monkeypatch.setattr(records, "_git", fake_git)
+    monkeypatch.setattr(records, "_CODE_STATE", {})      # read once per process: read afresh here
     fake_git.status = ""
     assert records.provenance()["dirty"] is False
+    records._CODE_STATE.clear()
     fake_git.status = " M jenga/spec.py"
     assert records.provenance()["dirty"] is True

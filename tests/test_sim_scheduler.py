@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_fakes import FakePagedManager, make_requests, tiny_engine, tiny_gpu, tiny_profile
 
 from harness.backends.cost.model import CostModel
 from harness.backends.sim.engine import scheduler_config, simulate
-from harness.backends.sim.scheduler import SchedulerConfig
+from harness.backends.sim.scheduler import Scheduler, SchedulerConfig
 
 
 class UnitCost:
@@ -109,6 +111,51 @@ def test_invariants(lens, pages, mixed, cache, budget, max_seqs, shared):
     assert mm.tokens == {}                       # everything freed
     assert sched.num_preemptions == sum(s.num_preemptions for s in sched.seqs)
     assert all(t["num_running"] <= max_seqs for t in trace)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lens=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=1, max_size=12),
+    pages=st.integers(3, 30),
+    mixed=st.booleans(),
+    cache=st.booleans(),
+    gate=st.booleans(),
+    budget=st.integers(8, 64),
+)
+def test_step_usage_is_the_managers_usage_every_step(lens, pages, mixed, cache, gate, budget):
+    """The loop's per-step read (Scheduler.step_usage, which reuses admission's last read when
+    nothing touched the pool after it) equals the manager's usage() at that point, every step; a
+    negative control: the reuse happens at all (blocked admissions in mixed steps)."""
+    reqs = make_requests(lens, shared_prefix=8)
+    cfg = SchedulerConfig(max_num_seqs=8, token_budget=max(budget, 52), mixed=mixed, chunked_prefill=mixed,
+                          enable_prefix_caching=cache, v0_can_allocate=gate)
+    real = Scheduler.step_usage
+
+    def checked(self):
+        u = real(self)
+        assert u == self.mm.usage()
+        return u
+
+    with patch.object(Scheduler, "step_usage", checked):
+        simulate(_mm(pages, 4, cache), UnitCost(), cfg, reqs)
+
+
+def test_step_usage_reuses_admissions_read_when_the_head_stays_blocked():
+    """Negative control of the test above: the reuse happens (a mixed step whose head request
+    stays blocked: two requests that cannot both fit, the second waits while the first decodes)
+    and not on every step."""
+    cfg = SchedulerConfig(max_num_seqs=8, token_budget=64, mixed=True, chunked_prefill=True,
+                          enable_prefix_caching=False)
+    real = Scheduler.step_usage
+    reused = []
+
+    def count(self):
+        reused.append(self._usage is not None)
+        return real(self)
+
+    with patch.object(Scheduler, "step_usage", count):
+        simulate(_mm(8), UnitCost(), cfg, make_requests([(16, 12), (16, 12)]))
+    assert any(reused) and not all(reused)
 
 
 def test_preempted_request_recomputes_and_hits_not_counted():

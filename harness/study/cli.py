@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
-from harness.config import ConfigError, compose_cell, options, validate
+from harness.config import ConfigError, compose_cell, copy_config, options, validate
 from harness.records import REPO_ROOT, finished_record
 from harness.run import cell_dir
 from harness.study import plan as planner
@@ -115,20 +115,23 @@ def load_study_file(path: str | Path) -> dict[str, Any]:
 
 
 # -- checks before any work ---------------------------------------------------------------------------
-def check_cells(cells: Sequence[tuple[str, list[str]]], jobs: int = 1) -> list[Any]:
+def check_cells(cells: Sequence[tuple[str, list[str]]], jobs: int = 1,
+                while_waiting: Callable[[], None] | None = None) -> list[Any]:
     """Compose every cell's config (``(label, overrides)``) before the first one runs. Returns the
     configs; raises one :class:`UsageError` listing each distinct problem once (a typo shared by
     42 cells is one line, not 42). Cells that differ only in ``seed=`` are composed once (Hydra's
     compose is the slow part, ~0.2 s each) and get their seed set on a copy, then checked again;
     with ``jobs`` > 1 the distinct compositions run in the study's process pool (the one its cells
-    then run in, so its workers have started by then)."""
+    then run in, so its workers have started by then); ``while_waiting`` runs in this process while
+    they compose (:func:`harness.study.run.run_tasks`)."""
     keys: dict[tuple, list[str]] = {}
     for _label, overrides in cells:
         seeds = [o for o in overrides if o.startswith("seed=")]
         key = tuple(o for o in overrides if not o.startswith("seed="))
         keys.setdefault(key, list(key) + seeds[-1:])
     composed = dict(zip(keys, run.run_tasks(_compose_or_error, [(ov,) for ov in keys.values()],
-                                            jobs if len(keys) > 1 else 1, "compose", False)))
+                                            jobs if len(keys) > 1 else 1, "compose", False,
+                                            while_waiting=while_waiting)))
     cfgs, problems = [], {}
     for label, overrides in cells:
         seeds = [o for o in overrides if o.startswith("seed=")]
@@ -137,7 +140,7 @@ def check_cells(cells: Sequence[tuple[str, list[str]]], jobs: int = 1) -> list[A
             base = composed[key]
             if isinstance(base, ConfigError):
                 raise base
-            cfg = base.copy()
+            cfg = copy_config(base)
             if seeds:
                 value = OmegaConf.create({"seed": seeds[-1].split("=", 1)[1]}).seed
                 try:
@@ -207,14 +210,15 @@ def _main(argv: list[str] | None) -> int:
         return whatif_run.main([args.experiment, *(["--out", args.out] if args.out else [])])
     check_special(args.overrides)
     p = planner.plan(study, args.overrides)
-    check = getattr(KINDS[p.kind].load(), "check", None)
-    if check is not None:
+    if KINDS[p.kind].checks:
         try:
-            check(p)    # a kind may refuse a plan before any cell runs (micro: its parts' labels)
+            KINDS[p.kind].load().check(p)    # a kind may refuse a plan before any cell runs (micro: its parts' labels)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    cfgs = check_cells([(planner.label_of(r), r.overrides) for r in p.runs],
-                       1 if args.dry_run or args.launcher != "inline" else args.jobs)
+    jobs = 1 if args.dry_run or args.launcher != "inline" else args.jobs
+    # While the pool composes the cells, this process imports what the report will need.
+    cfgs = check_cells([(planner.label_of(r), r.overrides) for r in p.runs], jobs,
+                       while_waiting=None if args.dry_run else lambda: run.prefetch_report(KINDS[p.kind]))
     if args.dry_run:
         return print_dry_run([planner.label_of(r) for r in p.runs], cfgs, args.force)
     return run.run_study(args, p, cfgs)

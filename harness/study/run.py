@@ -9,6 +9,7 @@ the kind's ``report`` and prints the tally.
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ from harness.config import compose_cell
 from harness.records import REPO_ROOT, finished_record, read_record
 from harness.run import cell_dir, run_cell, run_overrides
 from harness.study.inputs import inputs_for
-from harness.study.kinds import KINDS
+from harness.study.kinds import KINDS, Kind
 from harness.study.plan import Plan
 
 LAUNCHERS = ("inline", "joblib", "slurm", "submitit_local")
@@ -38,6 +39,18 @@ def default_out(name: str, mode: str) -> Path:
     return (SMOKE_ROOT if mode == "smoke" else REPO_ROOT / "results") / name
 
 
+def prefetch_report(kind: Kind) -> None:
+    """Import what the kind's report will need -- its module (pandas and matplotlib for a figure,
+    ~0.7 s) and scipy.special (the seed CIs) -- while this process only waits on its pool
+    (:func:`run_tasks`' ``while_waiting``): there it costs no wall time, after the cells it would
+    (the report runs alone). A failed import is left for the report to raise."""
+    try:
+        kind.load()
+        importlib.import_module("scipy.special")
+    except Exception:  # noqa: BLE001, S110 - the report imports them again and says what failed
+        pass
+
+
 def run_one(overrides: list[str], force: bool = False, cfg: DictConfig | None = None) -> dict[str, Any]:
     """One cell's record; any exception becomes a failure record (the study goes on). Not
     BaseException: ctrl-C must stop the study. ``cfg``: the cell's config as the study's check
@@ -45,20 +58,19 @@ def run_one(overrides: list[str], force: bool = False, cfg: DictConfig | None = 
     try:
         if cfg is None:
             return run_overrides(list(overrides) + (["force=true"] if force else []))
-        if force:
-            cfg = cfg.copy()
-            cfg.force = True
-        return run_cell(cfg, list(overrides) + (["force=true"] if force else []))
+        return run_cell(cfg, list(overrides) + (["force=true"] if force else []), force=force or None)
     except Exception as exc:  # noqa: BLE001
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "overrides": list(overrides)}
 
 
 def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int, desc: str, progress: bool = True,
-              on_result: Callable[[Any, Any], None] | None = None) -> list[Any]:
+              on_result: Callable[[Any, Any], None] | None = None,
+              while_waiting: Callable[[], None] | None = None) -> list[Any]:
     """``[fn(*task) for task in tasks]`` in order, ``jobs`` processes at a time (1: in this
     process), with a tqdm bar on stderr. ctrl-C stops the pool (no task starts after it) and
     raises KeyboardInterrupt for :func:`harness.study.cli.guard`; finished cells keep their records,
-    so a rerun resumes. ``on_result(bar, result)`` sees each result as it arrives."""
+    so a rerun resumes. ``on_result(bar, result)`` sees each result as it arrives;
+    ``while_waiting()`` runs here once the pool has its first tasks (not without a pool)."""
     results: list[Any] = []
     with tqdm(total=len(tasks), desc=desc, unit="cell", disable=not progress, file=sys.stderr,
               dynamic_ncols=True) as bar:
@@ -72,8 +84,10 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int, desc: s
         from joblib import Parallel, delayed
 
         par = Parallel(n_jobs=jobs, return_as="generator", backend="loky", batch_size=1)
-        gen = par(delayed(fn)(*t) for t in tasks)
+        gen = par(delayed(fn)(*t) for t in tasks)      # the first tasks are dispatched here
         try:
+            if while_waiting is not None:
+                while_waiting()
             for res in gen:
                 results.append(res)
                 bar.update(1)

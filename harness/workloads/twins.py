@@ -83,6 +83,8 @@ def mmlu_pro(shape: Shape, stats: dict) -> list[Request]:
     prefix_len = {c: _scaled(rng(shape.seed, _PREFIX, k).integers(pl["min"], pl["max"] + 1), shape)
                   for k, c in enumerate(cats)}
     max_prompt = _scaled(stats["max_prompt_len"], shape)
+    p = weights / weights.sum()
+    prefixes: dict[int, np.ndarray] = {}     # a category's exemplar tokens, drawn once (its own stream)
     g = rng(shape.seed, _MAIN)
     out: list[Request] = []
     attempts = 0
@@ -91,15 +93,16 @@ def mmlu_pro(shape: Shape, stats: dict) -> list[Request]:
         if attempts > 100 * shape.num_requests + 1000:
             raise WorkloadError(f"mmlu_pro: cannot draw {shape.num_requests} requests with "
                                 f"prompt + output <= max_len={shape.max_len}; raise dataset.max_len")
-        k = int(g.choice(len(cats), p=weights / weights.sum()))
+        k = int(g.choice(len(cats), p=p))
         suffix = max(_scaled(sl["min"], shape), _scaled(_lognormal(g, sl["median"], sl["sigma"]), shape))
         suffix = max(1, min(suffix, max_prompt - prefix_len[cats[k]]))
-        olen = _out(int(np.clip(round(_lognormal(g, ol["median"], ol["sigma"])), ol["min"], ol["max"])), shape)
+        olen = _out(int(min(max(round(_lognormal(g, ol["median"], ol["sigma"])), ol["min"]), ol["max"])), shape)
         if shape.max_len is not None and prefix_len[cats[k]] + suffix + olen > shape.max_len:
             continue
         i = len(out)
-        prompt = np.concatenate([token_ids(shape.seed, _PREFIX, k, prefix_len[cats[k]], shape.vocab_size),
-                                 token_ids(shape.seed, _SUFFIX, i, suffix, shape.vocab_size)])
+        if k not in prefixes:
+            prefixes[k] = token_ids(shape.seed, _PREFIX, k, prefix_len[cats[k]], shape.vocab_size)
+        prompt = np.concatenate([prefixes[k], token_ids(shape.seed, _SUFFIX, i, suffix, shape.vocab_size)])
         out.append(Request(f"mmlu_pro-{i}", 0.0, prompt, olen, prefix_group=f"mmlu_pro/{cats[k]}"))
     return out
 

@@ -555,6 +555,36 @@ class CostModel:
         # The vision encoder runs once per image token at prefill (a dense ViT: 2 FLOPs/param/token).
         self._vision_flops_per_token = 2.0 * profile.vision.encoder_params if profile.vision else 0.0
         self._calibrate(gpu, version, peak)
+        self._group_types()
+
+    def _group_types(self) -> None:
+        """The layer types grouped by how a step prices them, for :meth:`step_time` and
+        :meth:`input_prep_time` (a step sums each group's span and keys over its entries once, then
+        multiplies by the group's layers: integers, so exactly the per-entry, per-type sums).
+        Token-drop kept counts are memoised per type (a pure function of the context length)."""
+        full = [t for t in self._types if t[0] == "full"]
+        self._full_layers = sum(t[2] for t in full)
+        self._full_bytes = sum(t[3] * t[2] for t in full)
+        cross = [t for t in self._types if t[0] == "cross"]
+        self._cross_compute_layers = sum(t[2] for t in cross)
+        self._cross_bytes = sum(t[3] * t[2] for t in cross)
+        self._has_cross = bool(cross)
+        # (spec, compute layers, bytes per token x layers, kept-token memo) per token-drop type
+        self._token_drop = [(t[1], t[2], t[3] * t[2], {}) for t in self._types if t[0] == "token_drop"]
+        # (kind, spec, compute layers, bytes per token x layers) per sliding / chunked type
+        self._local = [(t[0], t[1], t[2], t[3] * t[2]) for t in self._types if t[0] in ("sliding", "chunked")]
+        # v0 input preparation (input_prep_time): KV groups, and per group what its table holds
+        kinds = [t[0] for t in self._types if t[0] != "vision_embedding"]
+        self._prep_groups = len(kinds)
+        self._prep_token_tables = sum(k not in ("cross", "mamba", "token_drop") for k in kinds)
+        self._prep_cross_tables = kinds.count("cross")
+        self._prep_mamba_tables = kinds.count("mamba")
+
+    def _kept(self, memo: dict, spec, num_tokens: int) -> int:
+        k = memo.get(num_tokens)
+        if k is None:
+            k = memo[num_tokens] = spec.kept_tokens(num_tokens)
+        return k
 
     def _calibrate(self, gpu, version: str, peak: float) -> None:
         """Apply the GPU yaml's ``calibration`` block (``scripts/calibrate.py``; issue 21): the
@@ -763,49 +793,44 @@ class CostModel:
             t += num_running * self.kv_groups() * scan.per_seq_group_s
         return t
 
-    def _block_entries(self, n: int, c: int, cross: int) -> tuple[int, int]:
-        """Block-table entries one scheduled sequence puts through v0's input preparation and the
+    def input_prep_time(self, batch: Sequence[tuple]) -> float:
+        """v0 model-runner Python that grows with the step's block tables, prefill tokens and
+        images mapped this step (:class:`InputPrep`); zero on v1.
+
+        Block-table entries one scheduled sequence puts through v0's input preparation, and the
         number of tables they sit in: uniform manager → one table of all its tokens (+ mllama's
         cross table); per-layer manager → one table per KV group (layer type): attention types
         keep one entry per block of the sequence (freed sliding-window blocks stay as null
         entries), cross = image-token blocks, Mamba = one state entry, token-drop = kept tokens."""
-        bs = self.block_size
-        toks = -(-(c + n) // bs)
-        cross_blocks = -(-cross // bs)
-        if self.block_manager == "uniform":
-            return toks + cross_blocks, 1
-        entries = groups = 0
-        for kind, spec, _layers, _bpt in self._types:
-            if kind == "vision_embedding":
-                continue
-            groups += 1
-            if kind == "cross":
-                entries += cross_blocks
-            elif kind == "mamba":
-                entries += 1
-            elif kind == "token_drop":
-                entries += -(-spec.kept_tokens(c + n) // bs)
-            else:
-                entries += toks
-        return entries, groups
-
-    def input_prep_time(self, batch: Sequence[tuple]) -> float:
-        """v0 model-runner Python that grows with the step's block tables, prefill tokens and
-        images mapped this step (:class:`InputPrep`); zero on v1."""
         prep = self.prep
         if not (prep.uniform_entry_s or prep.per_layer_entry_s or prep.prefill_token_s or prep.slot_token_s
                 or prep.mm_input_per_image_token_s):
             return 0.0
-        per_entry = prep.uniform_entry_s if self.block_manager == "uniform" else prep.per_layer_entry_s
+        uniform = self.block_manager == "uniform"
+        per_entry = prep.uniform_entry_s if uniform else prep.per_layer_entry_s
+        groups = 1 if uniform else self._prep_groups
+        per_prefill_token = prep.prefill_token_s + groups * prep.slot_token_s
+        per_image_token = prep.mm_input_per_image_token_s
+        bs = self.block_size
+        # Tables per kind of entry (uniform: one table of tokens and mllama's cross table).
+        token_tables = 1 if uniform else self._prep_token_tables
+        cross_tables = 1 if uniform else self._prep_cross_tables
+        fixed = 0 if uniform else self._prep_mamba_tables
+        token_drop = () if uniform else self._token_drop
         t = 0.0
+        # Term by term, in order (a float sum); a zero term (no image) adds nothing.
         for entry in batch:
             n, c = entry[0], entry[1]
-            t += entry[2] * prep.mm_input_per_image_token_s
-            cross = entry[3] if len(entry) > 3 else 0
-            entries, groups = self._block_entries(n, c, cross)
+            if entry[2]:
+                t += entry[2] * per_image_token
+            entries = token_tables * -(-(c + n) // bs) + fixed
+            if len(entry) > 3 and entry[3]:
+                entries += cross_tables * -(-entry[3] // bs)
+            for spec, _layers, _bytes, memo in token_drop:
+                entries += -(-self._kept(memo, spec, c + n) // bs)
             t += entries * per_entry
             if n > 1:
-                t += n * (prep.prefill_token_s + groups * prep.slot_token_s)
+                t += n * per_prefill_token
         return t
 
     def step_time(self, batch: Sequence[tuple]) -> float:
@@ -816,34 +841,43 @@ class CostModel:
         if not batch:
             return 0.0
         p = self.profile
-        tokens = 0
-        prefill_tokens = 0
-        attn_pairs = 0       # (query, key) pairs × compute layers
-        kv_bytes = 0
-        img_tokens = 0
-        is_prefill = False
+        tokens = prefill_tokens = img_tokens = 0
+        span = keys = 0          # full attention: (query, key) pairs and keys read, summed over entries
+        span_nd = keys_nd = 0    # the same over the entries that are not one-token decodes
+        cross_span = cross_keys = 0
+        max_end = 0
+        decode_ctx = []          # context of each one-token decode (token-drop layers read their kept set)
         for entry in batch:
             n, c = entry[0], entry[1]
             img_tokens += entry[2]
-            cross = entry[3] if len(entry) > 3 else 0
             tokens += n
-            if n > 1:
-                is_prefill = True
-                prefill_tokens += n
-            for kind, spec, layers, bpt in self._types:
-                if kind == "cross":
-                    attn_pairs += n * cross * layers
-                    kv_bytes += cross * bpt * layers
-                elif kind == "mamba" or kind == "vision_embedding":
-                    continue
-                else:
-                    if n == 1 and kind == "token_drop":
-                        keys = spec.kept_tokens(c) + 1
-                        attn_pairs += keys * layers
-                        kv_bytes += keys * bpt * layers
-                        continue
-                    attn_pairs += _span_sum(kind, spec, c, n) * layers
-                    kv_bytes += _keys_read(kind, spec, c, n) * bpt * layers
+            end = c + n
+            max_end = max(max_end, end)
+            pairs = n * c + n * (n + 1) // 2
+            span += pairs
+            keys += end
+            if n == 1:
+                decode_ctx.append(c)
+            else:
+                span_nd += pairs
+                keys_nd += end
+                if n > 1:
+                    prefill_tokens += n
+            if self._has_cross and len(entry) > 3:
+                cross_span += n * entry[3]
+                cross_keys += entry[3]
+        is_prefill = prefill_tokens > 0
+        # Each layer group's pairs and keys (integers: the order of the sums does not matter).
+        attn_pairs = span * self._full_layers + cross_span * self._cross_compute_layers
+        kv_bytes = keys * self._full_bytes + cross_keys * self._cross_bytes
+        for spec, layers, nbytes, memo in self._token_drop:
+            # Decode reads the kept tokens (+ the new one); prefill attends to the whole prompt.
+            kept = sum(self._kept(memo, spec, c) for c in decode_ctx) + len(decode_ctx)
+            attn_pairs += (span_nd + kept) * layers
+            kv_bytes += (keys_nd + kept) * nbytes
+        for kind, spec, layers, nbytes in self._local:
+            attn_pairs += sum(_span_sum(kind, spec, e[1], e[0]) for e in batch) * layers
+            kv_bytes += sum(_keys_read(kind, spec, e[1], e[0]) for e in batch) * nbytes
         vision_flops = self._vision_flops_per_token * img_tokens
         if self._vision_on:
             vision_flops += sum(self._vision_extra_flops(e[2]) for e in batch)
@@ -874,8 +908,9 @@ class CostModel:
             compute = flops / self.flops_per_s
             memory = (self.weight_bytes_read(tokens) + kv_bytes) / self.bytes_per_s
             gpu_time = max(compute, memory)
-        gpu_time += self.mamba_kernel_time(tokens, len(batch), batch)
-        gpu_time += self.mamba_layout_time(prefill_tokens, tokens - prefill_tokens)
+        if self._mamba_layers:
+            gpu_time += self.mamba_kernel_time(tokens, len(batch), batch)
+            gpu_time += self.mamba_layout_time(prefill_tokens, tokens - prefill_tokens)
         if self.tp > 1:
             # Row-parallel o_proj / out_proj and down_proj (or the MoE combine) each end in an
             # all-reduce of the step's hidden states: two per layer.
@@ -884,7 +919,7 @@ class CostModel:
                                                           self.allreduce_latency_s)
         graphed = not self.eager and not is_prefill and len(batch) <= self.overhead.max_graph_batch
         if graphed and self.max_seq_len_to_capture is not None:
-            graphed = max(e[0] + e[1] for e in batch) <= self.max_seq_len_to_capture
+            graphed = max_end <= self.max_seq_len_to_capture
         launch = 0.0 if graphed else p.num_layers * self.overhead.eager_layer_s
         cpu = self.overhead.step_s + self.overhead.per_request_s * len(batch) + self.input_prep_time(batch)
         return self.output_time(gpu_time, launch, len(batch)) + cpu

@@ -104,8 +104,9 @@ def _run_loop(sched: Scheduler, mm, step_cost: StepCost, complete: Complete, max
               running_cost) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     now = min((s.req.arrival_time for s in sched.seqs), default=0.0)
     trace: list[dict[str, Any]] = []
-    agg = {"waste": 0.0, "unneeded": 0.0, "frag": 0.0, "occupancy": 0.0, "running": 0.0,
-           "decode_steps": 0, "decode_batch": 0, "samples": 0}
+    # The step aggregates, summed in locals (returned as one dict).
+    waste_sum = unneeded_sum = frag_sum = occupancy_sum = running_sum = 0.0
+    decode_steps = decode_batch = 0
     steps = 0
     while sched.has_unfinished:
         step = sched.schedule(now)
@@ -124,34 +125,41 @@ def _run_loop(sched: Scheduler, mm, step_cost: StepCost, complete: Complete, max
         steps += 1
         if steps > max_steps:
             raise RuntimeError(f"simulation exceeded {max_steps} steps")
+        num_running = len(sched.running)
         dt = step_cost(step)
         if running_cost is not None:
-            dt += running_cost(len(sched.running), len(step))
-        u = mm.usage()
+            dt += running_cost(num_running, len(step))
+        u = sched.step_usage()      # mm's usage, read once per step (Scheduler.step_usage)
         # An allocator that over-commits must fail the cell, not write an "ok" record.
         assert u.free_bytes >= 0, f"{type(mm).__name__} over-committed: free_bytes={u.free_bytes} at step {steps}"
         alloc = u.allocated_bytes
         waste = u.waste_fraction
-        num_decode = sum(1 for s in step if s.is_decode)
-        agg["samples"] += 1
-        agg["waste"] += waste
+        num_decode = prefill_tokens = 0
+        for s in step:
+            if s.is_decode:
+                num_decode += 1
+            else:
+                prefill_tokens += s.num_new_tokens
+        waste_sum += waste
         if alloc:
-            agg["unneeded"] += u.unneeded_bytes / alloc
-            agg["frag"] += u.fragmentation_bytes / alloc
-        agg["occupancy"] += u.large_page_occupancy
-        agg["running"] += len(sched.running)
+            unneeded_sum += u.unneeded_bytes / alloc
+            frag_sum += u.fragmentation_bytes / alloc
+        occupancy_sum += u.large_page_occupancy
+        running_sum += num_running
         if num_decode:
-            agg["decode_steps"] += 1
-            agg["decode_batch"] += num_decode
-        trace.append({"step": steps, "time_s": now, "dt_s": dt, "num_running": len(sched.running),
+            decode_steps += 1
+            decode_batch += num_decode
+        trace.append({"step": steps, "time_s": now, "dt_s": dt, "num_running": num_running,
                       "num_waiting": len(sched.waiting), "num_decode": num_decode,
-                      "num_prefill_tokens": sum(s.num_new_tokens for s in step if not s.is_decode),
+                      "num_prefill_tokens": prefill_tokens,
                       "waste_fraction": waste, "allocated_bytes": alloc, "needed_bytes": u.needed_bytes,
                       "unneeded_bytes": u.unneeded_bytes, "fragmentation_bytes": u.fragmentation_bytes,
                       "cached_bytes": u.cached_bytes, "free_bytes": u.free_bytes,
                       "preemptions": sched.num_preemptions})
         now += dt
         complete(step, now)
+    agg = {"waste": waste_sum, "unneeded": unneeded_sum, "frag": frag_sum, "occupancy": occupancy_sum,
+           "running": running_sum, "decode_steps": decode_steps, "decode_batch": decode_batch, "samples": steps}
     return trace, agg
 
 

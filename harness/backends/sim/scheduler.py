@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from harness.workloads.request import Request
 from jenga.baselines.current import full_sequence_demand
-from jenga.interface import MemoryManager
+from jenga.interface import MemoryManager, MemoryUsage
 
 
 @dataclass
@@ -68,9 +68,13 @@ class SeqState:
     # Tokens known so far (prompt + generated); all but the newest have KV once decoding. A field
     # kept by _emit, not a property: the scheduler reads it millions of times per study.
     target: int = field(init=False)
+    # _token_id's per-request part, computed once (a crc32 of the id per generated token was ~0.2 s
+    # of a Fig. 13 study).
+    token_base: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.target = self.req.prompt_len + self.num_generated
+        self.token_base = _token_base(self.req)
 
 
 @dataclass
@@ -148,6 +152,9 @@ class Scheduler:
         # (head request, (free + cached, per-type allocated bytes) when its admission failed)
         self._blocked: tuple[SeqState, tuple[int, dict[str, int]]] | None = None
         self._probe = FullPromptProbe(mm) if config.v0_can_allocate else None
+        # The pool's usage as the last schedule() left it, when admission read it last and nothing
+        # changed the pool after (None: ask the manager); see step_usage().
+        self._usage: MemoryUsage | None = None
 
     # -- queues -------------------------------------------------------------------------------
     def arrive(self, now: float) -> None:
@@ -174,12 +181,23 @@ class Scheduler:
         """Pick the next step's work and allocate its memory."""
         # The last step's work is computed: its Mamba checkpoints become hittable by every request
         # (vLLM v0 marks blocks computed at the end of each schedule(); jenga.PagedManager.begin_step).
+        self._usage = None
         self.mm.begin_step()
         self.arrive(now)
         if self.cfg.mixed:
             return self._schedule_mixed()
         prefills = self._admit(self.cfg.token_budget, chunk=False)
-        return prefills if prefills else self._schedule_running(self.cfg.token_budget)[0]
+        if prefills:
+            return prefills
+        self._usage = None          # the decodes allocate after admission read the pool
+        return self._schedule_running(self.cfg.token_budget)[0]
+
+    def step_usage(self) -> MemoryUsage:
+        """The pool's usage as :meth:`schedule` left it (the state the step runs with): the snapshot
+        admission read just before it stopped, when nothing touched the pool after it (a head
+        request that stays blocked in a mixed step: most of Llama-3.1-70B's 15k steps), else the
+        manager's ``usage()``. The loop asks every step; this saves the second read."""
+        return self._usage if self._usage is not None else self.mm.usage()
 
     def _schedule_running(self, budget: int) -> tuple[list[Scheduled], int, bool]:
         out: list[Scheduled] = []
@@ -211,30 +229,34 @@ class Scheduler:
             out += self._admit(budget, chunk=self.cfg.chunked_prefill)
         return out
 
-    def _reclaimable(self) -> tuple[int, dict[str, int]]:
-        u = self.mm.usage()
+    @staticmethod
+    def _reclaimable(u: MemoryUsage) -> tuple[int, dict[str, int]]:
         return u.free_bytes + u.cached_bytes, dict(u.per_type_allocated_bytes)
 
-    def _still_blocked(self, seq: SeqState) -> bool:
-        """True if the head request's last admission failed and must fail again: no memory came
+    def _still_blocked(self, seq: SeqState) -> tuple[bool, MemoryUsage | None]:
+        """(True, ...) if the head request's last admission failed and must fail again: no memory came
         back since (free + cached did not grow) and no running request is prefilling (so no new
         cached pages could lengthen its prefix hit). It saves re-pinning and rolling back a long
         cached prefix every step (Gemma-3 cells: 170 s -> 6 s). Not a proof of equivalence: over
-        fig13/fig14 it changed one cell (Llama-4, static partition) by 3.5e-5 req/s."""
+        fig13/fig14 it changed one cell (Llama-4, static partition) by 3.5e-5 req/s.
+
+        Also returns the pool's usage when it read it (else None): the caller reuses it while nothing
+        changes the pool."""
         if self._blocked is None or self._blocked[0] is not seq:
-            return False
+            return False, None
         if any(r.target - r.num_computed > 1 for r in self.running):
-            return False
-        now_free, now_types = self._reclaimable()
+            return False, None
+        u = self.mm.usage()
+        now_free, now_types = self._reclaimable(u)
         then_free, then_types = self._blocked[1]
         # Memory came back if free + cached grew, or any type released pages (a partitioned pool
         # can gain room for one type while its total stays flat).
-        return now_free <= then_free and all(now_types.get(k, 0) >= v for k, v in then_types.items())
+        return now_free <= then_free and all(now_types.get(k, 0) >= v for k, v in then_types.items()), u
 
-    def _can_allocate(self, seq: SeqState) -> str:
-        """vLLM v0's ``can_allocate``: "ok", "later" or "never" (see the module docstring)."""
+    def _can_allocate(self, seq: SeqState, u: MemoryUsage) -> str:
+        """vLLM v0's ``can_allocate`` on the pool's usage ``u``: "ok", "later" or "never" (see the
+        module docstring)."""
         assert self._probe is not None
-        u = self.mm.usage()
         required = self._probe.required_bytes(seq.req, seq.target)
         watermark = self.cfg.watermark * u.capacity_bytes
         if u.capacity_bytes - required < watermark:
@@ -256,22 +278,30 @@ class Scheduler:
         out: list[Scheduled] = []
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:
             seq = self.waiting[0]
-            if not out and self._still_blocked(seq):
-                break
+            u = None    # the pool's usage read in this pass (nothing has changed the pool since)
+            if not out:
+                blocked, u = self._still_blocked(seq)
+                if blocked:
+                    self._usage = u
+                    break
             if self._probe is not None:
-                status = self._can_allocate(seq)
+                if u is None:
+                    u = self.mm.usage()
+                status = self._can_allocate(seq, u)
                 if status == "never":
                     self._ignore(seq)
                     continue
                 if status == "later":
-                    self._blocked = (seq, self._reclaimable()) if not out else None
+                    self._blocked = (seq, self._reclaimable(u)) if not out else None
+                    self._usage = u
                     break
                 # v0 counts the whole prompt against the token budget (hits are found later).
                 if not chunk and out and seq.target > budget:
+                    self._usage = u
                     break
             hit = self.mm.lookup_prefix(seq.req) if self.cfg.enable_prefix_caching else 0
             if self.cfg.full_prompt_admission and not self._full_prompt_fits(seq, hit):
-                self._blocked = (seq, self._reclaimable()) if not out else None
+                self._block(seq, out)
                 break
             n = seq.target - hit
             if chunk and n > budget:
@@ -288,7 +318,7 @@ class Scheduler:
                     # vLLM does for prompts longer than the KV pool.
                     self._ignore(seq)
                     continue
-                self._blocked = (seq, self._reclaimable()) if not out else None
+                self._block(seq, out)
                 break
             self.waiting.popleft()
             if not seq.first_admitted:
@@ -302,6 +332,16 @@ class Scheduler:
             out.append(self._entry(seq, n))
             budget -= seq.target if (self._probe is not None and not chunk) else n
         return out
+
+    def _block(self, seq: SeqState, out: list[Scheduled]) -> None:
+        """Admission stops at ``seq``: if it is the step's first, remember the pool it failed against
+        (:meth:`_still_blocked`), a read that is also the step's usage (admission ends here)."""
+        if out:
+            self._blocked = None
+            return
+        u = self.mm.usage()
+        self._blocked = (seq, self._reclaimable(u))
+        self._usage = u
 
     @staticmethod
     def _entry(seq: SeqState, n: int) -> Scheduled:
@@ -329,7 +369,7 @@ class Scheduler:
         output. True when it finished."""
         req = seq.req
         for _ in range(n):
-            req.output_token_ids.append(_token_id(req, seq.num_generated))
+            req.output_token_ids.append((seq.token_base + seq.num_generated) % 100_000 + 1)    # _token_id
             seq.num_generated += 1
             seq.target += 1
         if seq.first_token_time is None:
@@ -343,6 +383,11 @@ class Scheduler:
         return True
 
 
+def _token_base(req: Request) -> int:
+    return zlib.crc32(req.request_id.encode()) * 31
+
+
 def _token_id(req: Request, i: int) -> int:
-    """A deterministic generated token: distinct per request so outputs never fake a shared prefix."""
-    return (zlib.crc32(req.request_id.encode()) * 31 + i) % 100_000 + 1
+    """A deterministic generated token: distinct per request so outputs never fake a shared prefix
+    (``Scheduler._emit`` inlines it over ``SeqState.token_base``)."""
+    return (_token_base(req) + i) % 100_000 + 1

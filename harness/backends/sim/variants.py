@@ -102,10 +102,15 @@ def build(cfg, profile: ModelProfile, engine: EngineSettings, gpu, system: str, 
 
 def step_time_hook(cost: CostModel, cross_attention: bool = False) -> Callable[[list], float]:
     """The default step cost: the step-time model over the scheduled batch."""
-    def step_cost(step: list) -> float:
-        return cost.step_time([(s.num_new_tokens, s.context_before, s.image_tokens_encoded,
-                                s.seq.req.num_image_tokens if cross_attention else 0) for s in step])
-    return step_cost
+    if cross_attention:
+        def step_cost(step: list) -> float:
+            return cost.step_time([(s.num_new_tokens, s.context_before, s.image_tokens_encoded,
+                                    s.seq.req.num_image_tokens) for s in step])
+        return step_cost
+
+    def step_cost_self(step: list) -> float:
+        return cost.step_time([(s.num_new_tokens, s.context_before, s.image_tokens_encoded) for s in step])
+    return step_cost_self
 
 
 def _speculative(cfg, profile, engine, gpu, cost, block_manager) -> Variant:

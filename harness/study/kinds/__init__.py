@@ -2,7 +2,9 @@
 
 A kind is a module ``harness.study.kinds.<name>`` holding only what differs between studies: its
 ``report(plan, records, out) -> summary`` (summary table and figure) and, optionally,
-``check(plan)`` (refuses a malformed plan before any cell runs); what a report needs beyond the
+``check(plan)`` (refuses a malformed plan before any cell runs; ``checks=True`` in its registry line,
+so that the command loads no other kind's module, matplotlib and all, before the cells start);
+what a report needs beyond the
 records is a named input (``inputs``, computed by :mod:`harness.study.inputs`). Planning
 (:mod:`harness.study.plan`), checking, running and caching (:mod:`harness.study.run`) and the
 command line (:mod:`harness.study.cli`) are shared.
@@ -26,6 +28,7 @@ class Kind:
     # "cells": planned into cached cells (harness.study.plan); "whatif": a what-if lab study that drives
     # the allocators on its own request streams (harness.study.whatif.run)
     runner: str = "cells"
+    checks: bool = False           # its module has check(plan)
 
     @property
     def module(self) -> str:
@@ -41,7 +44,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("mix", "make sweep-mix", inputs=("analytic_curves",)),
     Kind("ablation", "make ablation"),
     Kind("lcm", "make lcm-churn", inputs=("zoo_geometry",)),
-    Kind("micro", "make micro"),
+    Kind("micro", "make micro", checks=True),
     Kind("specdec", "make specdec"),
     Kind("vlm_embed", "make vlm-embed"),
     Kind("mamba_prefix", "make mamba-prefix"),
