@@ -79,16 +79,13 @@ def test_exact_throughput_with_cost_model():
     assert len(trace) == 3
 
 
+# Random request streams over a small pool, shared by the property tests below.
+STREAMS = dict(lens=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=1, max_size=12),
+               pages=st.integers(3, 30), mixed=st.booleans(), cache=st.booleans(), budget=st.integers(8, 64))
+
+
 @settings(max_examples=40, deadline=None)
-@given(
-    lens=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=1, max_size=12),
-    pages=st.integers(3, 30),
-    mixed=st.booleans(),
-    cache=st.booleans(),
-    budget=st.integers(8, 64),
-    max_seqs=st.integers(1, 8),
-    shared=st.integers(0, 24),
-)
+@given(**STREAMS, max_seqs=st.integers(1, 8), shared=st.integers(0, 24))
 def test_invariants(lens, pages, mixed, cache, budget, max_seqs, shared):
     """Never over capacity; every request finishes or is ignored because it can never fit; hits
     only on first admission; preempted requests recompute."""
@@ -114,14 +111,7 @@ def test_invariants(lens, pages, mixed, cache, budget, max_seqs, shared):
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    lens=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=1, max_size=12),
-    pages=st.integers(3, 30),
-    mixed=st.booleans(),
-    cache=st.booleans(),
-    gate=st.booleans(),
-    budget=st.integers(8, 64),
-)
+@given(**STREAMS, gate=st.booleans())
 def test_step_usage_is_the_managers_usage_every_step(lens, pages, mixed, cache, gate, budget):
     """The loop's per-step read (Scheduler.step_usage, which reuses admission's last read when
     nothing touched the pool after it) equals the manager's usage() at that point, every step; a
