@@ -80,8 +80,8 @@ def test_exact_throughput_with_cost_model():
 
 
 # Random request streams over a small pool, shared by the property tests below.
-STREAMS = dict(lens=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=1, max_size=12),
-               pages=st.integers(3, 30), mixed=st.booleans(), cache=st.booleans(), budget=st.integers(8, 64))
+STREAMS = {"lens": st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=1, max_size=12),
+           "pages": st.integers(3, 30), "mixed": st.booleans(), "cache": st.booleans(), "budget": st.integers(8, 64)}
 
 
 @settings(max_examples=40, deadline=None)
