@@ -126,16 +126,14 @@ def check_cells(cells: Sequence[tuple[str, list[str]]], jobs: int = 1,
     they compose (:func:`harness.study.run.run_tasks`)."""
     keys: dict[tuple, list[str]] = {}
     for _label, overrides in cells:
-        seeds = [o for o in overrides if o.startswith("seed=")]
-        key = tuple(o for o in overrides if not o.startswith("seed="))
+        key, seeds = _split_seed(overrides)
         keys.setdefault(key, list(key) + seeds[-1:])
     composed = dict(zip(keys, run.run_tasks(_compose_or_error, [(ov,) for ov in keys.values()],
                                             jobs if len(keys) > 1 else 1, "compose", False,
                                             while_waiting=while_waiting)))
     cfgs, problems = [], {}
     for label, overrides in cells:
-        seeds = [o for o in overrides if o.startswith("seed=")]
-        key = tuple(o for o in overrides if not o.startswith("seed="))
+        key, seeds = _split_seed(overrides)
         try:
             base = composed[key]
             if isinstance(base, ConfigError):
@@ -156,6 +154,12 @@ def check_cells(cells: Sequence[tuple[str, list[str]]], jobs: int = 1,
         n = sum(len(v) for v in problems.values())
         raise UsageError(f"{n} of {len(cells)} cells cannot run; nothing was run or written:\n  " + "\n  ".join(lines))
     return cfgs
+
+
+def _split_seed(overrides: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
+    """(the overrides but ``seed=``, the ``seed=`` overrides): cells equal but for the seed share one
+    composition."""
+    return tuple(o for o in overrides if not o.startswith("seed=")), [o for o in overrides if o.startswith("seed=")]
 
 
 def _compose_or_error(overrides: list[str]) -> Any:
