@@ -9,22 +9,23 @@ Two levels, as in the paper's allocation steps: per type, an LRU of evictable sm
 LRU of evictable *large* pages (every small page cached or empty), keyed by their newest small
 page.
 
-Both are binary heaps with lazy deletion (issue 20): an entry is the page's whole key, and it is
-live while the page's current key is that entry. A page leaves the cache in O(1) (its key is
-dropped; the stale entry is skipped when it reaches the top) and joins it in one C-level
-``heappush`` -- a sorted container paid ~4 µs per insert, and a long-context cell caches and evicts
-hundreds of thousands of pages. Keys are unique (they end with the page id), so the order is the
-same total order a sorted list gives. A heap that is mostly stale entries is rebuilt from the live
-keys (the values of the key maps: one C-level pass, not a Python test per entry); a released
-run's keys wait in a pending list until the heap is next read, and evictions pop in batches (a
-released run is thousands of pages).
+Both keep their keys in *runs* (issue 20): a run is a list of keys sorted so its last entry goes
+first, and a binary heap orders the runs by that entry. A released request hands thousands of
+pages to the cache at one timestamp, in prefix order, so they are one run: joining the cache is a
+sort of an already-ordered list, and eviction pops them off the run's end, comparing each with
+the next run's head, instead of one ``heappush`` and one ``heappop`` (each ~17 tuple comparisons
+in a heap of 100k pages) per page. Merging sorted runs by their heads gives the same total order
+a sorted list or a heap of every key gives (keys are unique: they end with the page id).
+Deletion is lazy: an entry is live while it is its page's current key; a page leaves the cache in
+O(1) (its key is dropped; the stale entry is skipped when it reaches a run's end). When the runs
+hold mostly stale entries they are rebuilt as one sorted run of the live keys.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from heapq import heapify, heappop, heappush
-from itertools import repeat
+from heapq import heappop, heappush, heapreplace
+from itertools import chain, count, repeat
 from operator import neg
 
 # LargePageLRU's integer keys: the timestamp's place, and the offset of -prefix_length in it.
@@ -36,17 +37,79 @@ def _consume(it) -> None:
     deque(it, maxlen=0)
 
 
+class _Runs:
+    """Keys in sorted runs under a heap of run heads (see the module docstring): ``push`` a run,
+    ``first`` / ``pop_first`` the smallest live key. ``live(key)`` says whether an entry is
+    still its page's key; ``live_keys()`` lists the live keys for a rebuild."""
+
+    __slots__ = ("heap", "loose", "pending", "size", "_seq")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple] = []     # (head key, sequence number, run); run[-1] is the head
+        self.pending: list[list] = []   # runs not yet in the heap (pushed when the heap is read)
+        self.loose: list = []           # single keys not yet in the heap (one run when it is read)
+        self.size = 0                   # entries in every run, live or stale
+        self._seq = count()
+
+    def add(self, key) -> None:
+        """Add one key (the keys added between two reads become one run)."""
+        self.loose.append(key)
+        self.size += 1
+
+    def push(self, run: list) -> None:
+        """Add a run sorted in reverse (its smallest key last)."""
+        if run:
+            self.pending.append(run)
+            self.size += len(run)
+
+    def flush(self) -> list[tuple]:
+        """The heap, with what was added since the last read in it as one run: the runs and
+        single keys merged by one sort (timsort merges the reverse-sorted runs at C speed). One
+        run per read matters: a request releases every layer type's pages at one timestamp, and
+        the types' runs interleave key by key (aligned eviction), so apart they would cost a
+        heap operation per page."""
+        pending, loose = self.pending, self.loose
+        if loose or len(pending) > 1:
+            pending[:] = [sorted(chain(chain.from_iterable(pending), loose), reverse=True)]
+            self.loose = []
+        if pending:
+            run = pending.pop()
+            heappush(self.heap, (run[-1], next(self._seq), run))
+        return self.heap
+
+    def rebuild(self, live_keys) -> None:
+        run = sorted(live_keys, reverse=True)
+        self.heap, self.pending, self.loose, self.size = [], [], [], 0
+        self.push(run)
+
+    def first(self, live) -> object | None:
+        """The smallest live key (stale entries met on the way are dropped)."""
+        heap = self.flush()
+        while heap:
+            head, seq, run = heap[0]
+            if live(head):
+                return head
+            run.pop()
+            self.size -= 1
+            if run:
+                heapreplace(heap, (run[-1], seq, run))
+            else:
+                heappop(heap)
+        return None
+
+    def all_entries(self):
+        self.flush()
+        for _, _, run in self.heap:
+            yield from run
+
+
 class PrefixSubsetEvictor:
     """Evictable small pages, per type (``per_type=True``) or in one shared queue."""
 
     def __init__(self, num_types: int, per_type: bool = True):
         self.per_type = per_type
         n = num_types if per_type else 1
-        self._heaps: list[list[tuple]] = [[] for _ in range(n)]
-        # Keys added in batches and not yet pushed, per heap: pushed (or heapified in) when the
-        # heap is next read. The LCM pool reads a type's heap only to evict single small pages,
-        # which it rarely does, so a released run usually costs a list extend, not a push per page.
-        self._pending: list[list[tuple]] = [[] for _ in range(n)]
+        self._runs: list[_Runs] = [_Runs() for _ in range(n)]
         self._key: list[dict[int, tuple]] = [{} for _ in range(num_types)]
         self._j = None  # jenga.journal.Journal while an allocation that may fail runs
 
@@ -71,43 +134,28 @@ class PrefixSubsetEvictor:
         key = self._key[t][sid]
         return key[0], key[1]
 
-    def _heap(self, t: int) -> list:
-        """Heap ``t``'s (or the shared one), with its pending keys in it."""
-        h = t if self.per_type else 0
-        heap, pending = self._heaps[h], self._pending[h]
-        if pending:
-            if 4 * len(pending) > len(heap):
-                heap += pending
-                heapify(heap)
-            else:
-                _consume(map(heappush, repeat(heap), pending))
-            pending.clear()
-        return heap
+    def _live_fn(self):
+        keys = self._key
+        return lambda k: keys[k[2]].get(k[3]) == k
 
-    def _push(self, key: tuple) -> None:
-        t = key[2]
-        heap = self._heaps[t if self.per_type else 0]
-        heappush(heap, key)
-        if len(heap) > 64 and len(heap) > 3 * self._live(t):
-            self._compact(heap, t)
-
-    def _live(self, t: int) -> int:
-        return len(self._key[t]) if self.per_type else len(self)
-
-    def _compact(self, heap: list, t: int) -> None:
-        # The live entries are exactly the current keys (a duplicate live entry, left by an undone
-        # allocation, is kept once: it names the same page with the same key).
-        if self.per_type:
-            heap[:] = self._key[t].values()
+    def _add_run(self, h: int, run: list | None, key: tuple | None = None) -> None:
+        """Push a reverse-sorted run (or one ``key``) into queue ``h``; rebuild the queue when it
+        is mostly stale."""
+        q = self._runs[h]
+        if run is None:
+            q.add(key)
         else:
-            heap[:] = [k for d in self._key for k in d.values()]
-        heapify(heap)
-        self._pending[t if self.per_type else 0].clear()
+            q.push(run)
+        live = len(self._key[h]) if self.per_type else len(self)
+        if q.size > 64 and q.size > 3 * live:
+            # The live entries are exactly the current keys (a duplicate live entry, left by an
+            # undone allocation, is kept once: it names the same page with the same key).
+            q.rebuild(self._key[h].values() if self.per_type else [k for d in self._key for k in d.values()])
 
     def add(self, t: int, sid: int, ts: int, plen: int) -> None:
         key = (ts, -plen, t, sid)
         self._key[t][sid] = key
-        self._push(key)
+        self._add_run(t if self.per_type else 0, None, key)
         if self._j is not None:
             self._j.call(self._unadd, t, sid)
 
@@ -115,18 +163,17 @@ class PrefixSubsetEvictor:
         """:meth:`add` of ``(sid, plen)`` pairs at one timestamp (a released run of pages)."""
         keys = list(zip(repeat(ts), map(neg, plens), repeat(t), sids))
         self._key[t].update(zip(sids, keys))
-        h = t if self.per_type else 0
-        heap, pending = self._heaps[h], self._pending[h]
-        pending += keys
         if self._j is not None:
             for s in sids:
                 self._j.call(self._unadd, t, s)
-        if len(heap) + len(pending) > 64 and len(heap) + len(pending) > 3 * self._live(t):
-            self._compact(heap, t)
+        # Prefix lengths grow along a released run, so its keys come in reverse order already:
+        # the sort is one pass.
+        keys.sort(reverse=True)
+        self._add_run(t if self.per_type else 0, keys)
 
     def remove(self, t: int, sid: int) -> tuple[int, int]:
         """Take a page out (it was hit or evicted); returns its ``(ts, plen)``."""
-        key = self._key[t].pop(sid)  # its heap entry is stale from now on
+        key = self._key[t].pop(sid)  # its run entry is stale from now on
         if self._j is not None:
             self._j.call(self._unremove, key)
         return key[0], -key[1]
@@ -147,13 +194,29 @@ class PrefixSubsetEvictor:
                 self.remove(*top)
                 out.append(top)
             return out
-        heap, keys = self._heap(0), self._key
+        q, keys = self._runs[0], self._key
+        heap = q.flush()
+        taken = 0
         while heap and len(out) < k:
-            key = heappop(heap)
-            d = keys[key[2]]
-            if d.get(key[3]) == key:
-                del d[key[3]]
-                out.append((key[2], key[3]))
+            # The first run's entries go in order while they precede the next run's head.
+            _, seq, run = heappop(heap)
+            bound = heap[0][0] if heap else None
+            n0 = len(run)
+            while run:
+                key = run[-1]
+                if bound is not None and key > bound:
+                    break
+                run.pop()
+                d = keys[key[2]]
+                if d.get(key[3]) == key:
+                    del d[key[3]]
+                    out.append((key[2], key[3]))
+                    if len(out) == k:
+                        break
+            taken += n0 - len(run)
+            if run:
+                heappush(heap, (run[-1], seq, run))
+        q.size -= taken
         return out
 
     def pop_cached(self, t: int, sids) -> list[int]:
@@ -174,28 +237,16 @@ class PrefixSubsetEvictor:
 
     def _unremove(self, key: tuple, *_) -> None:
         self._key[key[2]][key[3]] = key
-        self._push(key)
-
-    def _top(self, heap: list) -> tuple | None:
-        keys = self._key
-        while heap:
-            k = heap[0]
-            if keys[k[2]].get(k[3]) == k:
-                return k
-            heappop(heap)
-        return None
+        self._add_run(key[2] if self.per_type else 0, None, key)
 
     def in_order(self):
         """Every cached ``(type, sid)`` in eviction order (one shared queue only); the cache must
         not change while the generator is read."""
         assert not self.per_type, "in_order needs the shared queue (per_type=False)"
-        keys = self._key
-        # A set: an entry can be in the heap twice (a page taken out and put back with the same
+        live = self._live_fn()
+        # A set: an entry can be in the runs twice (a page taken out and put back with the same
         # key by an undone allocation) and both copies are then live.
-        heap = list({k for k in self._heap(0) if keys[k[2]].get(k[3]) == k})
-        heapify(heap)
-        while heap:
-            k = heappop(heap)
+        for k in sorted({k for k in self._runs[0].all_entries() if live(k)}):
             yield k[2], k[3]
 
     def peek_lru(self, t: int | None = None) -> tuple[int, int] | None:
@@ -205,21 +256,21 @@ class PrefixSubsetEvictor:
                 if key[0] == t:
                     return key
             return None
-        key = self._top(self._heap(t if self.per_type and t is not None else 0))
+        key = self._runs[t if self.per_type and t is not None else 0].first(self._live_fn())
         return None if key is None else (key[2], key[3])
 
 
 class LargePageLRU:
     """Evictable large pages keyed by the largest small-page key among their cached small pages
-    (a heap with lazy deletion, as :class:`PrefixSubsetEvictor`).
+    (sorted runs under a heap with lazy deletion, as :class:`PrefixSubsetEvictor`).
 
     A key ``(last_access, -prefix_length, lp)`` is held as one integer with the same order,
     ``(last_access * 2**63 + 2**62 - prefix_length) * num_large + lp`` (prefix lengths below
-    2**62 tokens): the heap compares integers, not tuples item by item -- a long-context cell
-    evicts ~150k large pages from a heap of ~130k (issue 20)."""
+    2**62 tokens): runs and heap compare integers, not tuples item by item -- a long-context cell
+    evicts ~150k large pages from an LRU of ~130k (issue 20)."""
 
     def __init__(self, num_large: int = 1 << 40) -> None:
-        self._heap: list[int] = []
+        self._runs = _Runs()
         self._key: dict[int, int] = {}
         self._n = max(1, num_large)
         self._j = None  # jenga.journal.Journal while an allocation that may fail runs
@@ -247,16 +298,14 @@ class LargePageLRU:
         """How many of the large pages ``lps`` are evictable."""
         return len(self._key.keys() & lps)
 
-    def _push(self, key: tuple) -> None:
-        heap = self._heap
-        heappush(heap, key)
-        if len(heap) > 64 and len(heap) > 3 * len(self._key):
-            self._compact()
-
-    def _compact(self) -> None:
-        heap = self._heap
-        heap[:] = self._key.values()
-        heapify(heap)
+    def _add_run(self, run: list[int] | None, key: int = 0) -> None:
+        q = self._runs
+        if run is None:
+            q.add(key)
+        else:
+            q.push(run)
+        if q.size > 64 and q.size > 3 * len(self._key):
+            q.rebuild(self._key.values())
 
     def set(self, lp: int, newest: tuple[int, int]) -> None:
         old = self._key.get(lp)
@@ -266,16 +315,13 @@ class LargePageLRU:
         if self._j is not None:
             self._j.call(self._restore, lp, old)
         self._key[lp] = key
-        self._push(key)
+        self._add_run(None, key)
 
     def add_new_many(self, lps: list[int], keys: list[int]) -> None:
         """:meth:`set` of large pages that are not in the LRU (each just turned evictable), with
         their keys (:meth:`code`); no undo log."""
         self._key.update(zip(lps, keys))
-        heap = self._heap
-        _consume(map(heappush, repeat(heap), keys))
-        if len(heap) > 64 and len(heap) > 3 * len(self._key):
-            self._compact()
+        self._add_run(sorted(keys, reverse=True))
 
     def discard_present(self, lps) -> list[int]:
         """:meth:`discard` of each of ``lps`` (no undo log); returns the ones that were evictable."""
@@ -290,36 +336,44 @@ class LargePageLRU:
         if old is not None and self._j is not None:
             self._j.call(self._restore, lp, old)
 
-    def _restore(self, lp: int, old: tuple | None, _=None) -> None:
+    def _restore(self, lp: int, old: int | None, _=None) -> None:
         self._key.pop(lp, None)
         if old is not None:
             self._key[lp] = old
-            self._push(old)
+            self._add_run(None, old)
 
     def pop_lru(self, k: int) -> list[int]:
         """Take out the ``k`` least recently used large pages (fewer when fewer), in order; no
         undo log may be open."""
         assert self._j is None, "pop_lru runs without an undo log"
-        heap, keys, out = self._heap, self._key, []
+        q, keys, n, out = self._runs, self._key, self._n, []
+        heap = q.flush()
+        taken = 0
         while heap and len(out) < k:
-            # The next ``k - len(out)`` entries at once (each live one is taken, so no more are
-            # popped than one at a time would pop); an entry is live while it is its page's key.
-            n = self._n
-            for key in list(map(heappop, repeat(heap, min(k - len(out), len(heap))))):
+            _, seq, run = heappop(heap)
+            bound = heap[0][0] if heap else None
+            n0 = len(run)
+            while run:
+                key = run[-1]
+                if bound is not None and key > bound:
+                    break
+                run.pop()
                 lp = key % n
                 if keys.get(lp) == key:
                     del keys[lp]
                     out.append(lp)
+                    if len(out) == k:
+                        break
+            taken += n0 - len(run)
+            if run:
+                heappush(heap, (run[-1], seq, run))
+        q.size -= taken
         return out
 
     def newest_ts(self, lp: int) -> int:
         return self._key[lp] // self._n // _TS
 
     def peek_lru(self) -> int | None:
-        heap, keys, n = self._heap, self._key, self._n
-        while heap:
-            k = heap[0]
-            if keys.get(k % n) == k:
-                return k % n
-            heappop(heap)
-        return None
+        keys, n = self._key, self._n
+        key = self._runs.first(lambda k: keys.get(k % n) == k)
+        return None if key is None else key % n

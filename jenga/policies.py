@@ -122,6 +122,43 @@ class Policy:
         return 0
 
 
+class WindowPolicy(Policy):
+    """A type whose hit of length ``L`` needs one run of pages ``[a(L), L // tpp)`` with ``a``
+    never decreasing as ``L`` grows (a sliding window, a local chunk)."""
+
+    # The required_pages the fast longest_valid was written for (a subclass that redefines it
+    # gets the base class's scan).
+    _required_pages_impl = None
+
+    def longest_valid(self, count, upper, align, tpp):
+        # The base class's downward scan, skipping the lengths a missing page rules out: when page
+        # m of [a(L), L // tpp) is missing, every L' with m < L' // tpp has it in its run too
+        # (a(L') <= a(L) <= m), so the next candidate is the largest multiple of ``align`` whose
+        # run ends at or before m. The same answer in O(misses x log window) count calls instead
+        # of one required_pages call per multiple of ``align`` (a 90k-token prompt is ~5,600).
+        if type(self).required_pages is not type(self)._required_pages_impl:
+            return super().longest_valid(count, upper, align, tpp)
+        L = upper - upper % align
+        while L > 0:
+            ((a, b),) = self.required_pages(L, tpp)
+            if count(a, b) == b - a:
+                return L
+            # The smallest s with [s, b) all cached (page s - 1 is the last missing one): galloped
+            # from b, since the missing page is usually near the run's end (then one count call).
+            good, d = b, 1
+            while b - d > a and count(b - d, b) == d:
+                good, d = b - d, 2 * d
+            lo, hi = max(a, b - d) + 1, good
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if count(mid, b) == b - mid:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            L = (lo * tpp - 1) // align * align
+        return 0
+
+
 class FullPolicy(Policy):
     """Full attention: every token, for the whole request; any fully cached prefix is a hit."""
 
@@ -138,7 +175,7 @@ class FullPolicy(Policy):
         return L - L % align
 
 
-class SlidingPolicy(Policy):
+class SlidingPolicy(WindowPolicy):
     """Sliding window W: the next token reads the last W-1 tokens; only those must be cached.
 
     ``retain_tokens``: tokens kept *held* below the window before pages are released (0 = release
@@ -173,6 +210,8 @@ class SlidingPolicy(Policy):
         # The hit's last ``W - 1 + hit_extra`` tokens, whole pages (the fork's contiguous blocks).
         return [(max(0, self.needed_lo(L) - self.hit_extra_tokens) // tpp, L // tpp)] if L > 0 else []
 
+    _required_pages_impl = required_pages
+
     def needed_lo(self, prev: int) -> int:
         return self.spec.needed_token_range(prev)[0]
 
@@ -188,8 +227,10 @@ class SlidingPolicy(Policy):
         return [(max(floor, self.needed_lo(prev) - self.retain_tokens) // tpp, cdiv(T, tpp))]
 
 
-class ChunkedPolicy(Policy):
+class ChunkedPolicy(WindowPolicy):
     """Chunked local attention: the next token reads its own chunk only."""
+
+    _required_pages_impl = Policy.required_pages
 
     def needed_lo(self, prev: int) -> int:
         return self.spec.needed_token_range(prev)[0]
