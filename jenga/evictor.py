@@ -38,11 +38,11 @@ def _consume(it) -> None:
 
 
 class _Runs:
-    """Keys in sorted runs under a heap of run heads (see the module docstring): ``push`` a run,
-    ``first`` / ``pop_first`` the smallest live key. ``live(key)`` says whether an entry is
-    still its page's key; ``live_keys()`` lists the live keys for a rebuild."""
+    """Keys in sorted runs under a heap of run heads (see the module docstring): ``add`` one key,
+    ``push`` a reverse-sorted run, ``first(live)`` the smallest key ``live`` accepts (stale
+    entries met on the way are dropped), ``rebuild(keys)`` one run of the live keys."""
 
-    __slots__ = ("heap", "loose", "pending", "size", "_seq")
+    __slots__ = ("_seq", "heap", "loose", "pending", "size")
 
     def __init__(self) -> None:
         self.heap: list[tuple] = []     # (head key, sequence number, run); run[-1] is the head
