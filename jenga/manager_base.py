@@ -231,6 +231,12 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             return None
         if bound(demand, owner, pinned) or (released is not None and bound(demand, owner, pinned, released())):
             return True
+        # A doomed admission returns at once, as with the flat pools: trying it under the undo
+        # log changes nothing either (a Gemma-3 cell retried ~30 of them, each pinning and
+        # rolling back thousands of hit pages).
+        cannot_fit = getattr(pool, "cannot_fit", None)
+        if exact and cannot_fit is not None and cannot_fit(demand, pinned):
+            return False
         return None
 
     def _sole_held(self, rs: ReqState, plans) -> list[tuple[int, int]]:

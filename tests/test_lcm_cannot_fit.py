@@ -65,3 +65,31 @@ def test_cannot_fit_fires_and_leaves_room_for_a_fit():
     assert not pool.cannot_fit({0: 9})          # 3 free large + the type-1 page once its cached slot goes
     pool.free(1, sids[1])
     assert not pool.cannot_fit({0: 12}) and pool.cannot_fit({0: 13})
+
+
+@settings(max_examples=200, deadline=None)
+@given(state=pool_states(), data=st.data())
+def test_cannot_fit_with_pinned_hits_is_never_wrong(state, data):
+    """With ``pinned`` (a hit's cached pages, taken before the allocation) the bound stays sound:
+    the allocation it refuses fails on a copy of the pool whose pinned pages were hit first."""
+    pool, demand = state
+    cached = sorted((t, sid) for t in range(len(pool.page_bytes)) for sid in range(pool.num_large * pool.ratio[t])
+                    if pool.is_cached(t, sid))
+    pinned = data.draw(st.lists(st.sampled_from(cached), unique=True) if cached else st.just([]))
+    hit = copy.deepcopy(pool)
+    for t, sid in pinned:
+        hit.from_cached(t, sid)
+    event(f"pinned={bool(pinned)} cannot_fit={pool.cannot_fit(demand, pinned)}")
+    if pool.cannot_fit(demand, pinned):
+        assert not _attempt(hit, demand, "new"), (pool.page_bytes, demand, pinned)
+
+
+def test_pinned_hits_make_cannot_fit_fire():
+    """Negative control: a demand the cached pages could serve fits, until a hit pins them."""
+    pool = LcmPagePool([2, 3], 2 * 6, enable_cache=True)          # 2 large pages of 6 bytes
+    sids = [pool.alloc(0, "a") for _ in range(6)]                  # both large pages, type 0
+    for i, sid in enumerate(sids):
+        pool.to_cached(0, sid, 1, 16 * (i + 1))
+    assert not pool.cannot_fit({1: 4})                             # evicting both pages gives 4
+    assert not pool.cannot_fit({1: 2}, [(0, sids[0])])              # one large page still evictable
+    assert pool.cannot_fit({1: 4}, [(0, sids[0])])

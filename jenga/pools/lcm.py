@@ -254,14 +254,20 @@ class LcmPagePool:
                 need += cdiv(n - have, self.ratio[t])
         return need <= avail
 
-    def cannot_fit(self, demand: dict[int, int]) -> bool:
+    def cannot_fit(self, demand: dict[int, int], pinned=()) -> bool:
         """True when ``demand`` (pages per type) cannot fit even by evicting every cached page: an
         upper bound on what any allocation order can take. Type t gets at most its free and cached
         small pages plus ``ratio[t]`` per large page that is free or could be freed (a large page of
         another type u comes free only when all its ``ratio[u]`` slots are free or cached); and all
-        types together at most the free and cached bytes. Lets a caller refuse at once instead of
-        trying (and undoing) an allocation that must fail."""
+        types together at most the free and cached bytes. ``pinned``: pages, ``(t, sid)``, a prefix
+        hit pins before the allocation -- the cached ones among them are no longer evictable. Lets
+        a caller refuse at once instead of trying (and undoing) an allocation that must fail."""
         spare = [self.nfree_slots[u] + self.cached[u] for u in range(len(self.page_bytes))]
+        if pinned and self.evictor is not None:
+            contains = self.evictor.contains
+            for t, sid in pinned:
+                if contains(t, sid):
+                    spare[t] -= 1
         freeable = [s // r for s, r in zip(spare, self.ratio)]
         free_large, total_free = len(self.free_large), sum(freeable)
         need_bytes = 0
