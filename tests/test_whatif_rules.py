@@ -170,6 +170,29 @@ def test_retention_interval_keeps_sliding_blocks_every_segment():
         jenga.make_manager("vllm_hma", [FULL, SWA], GiB, prefix_cache_retention_interval=-1)
 
 
+def test_no_block_past_max_model_len():
+    """KVCacheManager.allocate_slots clamps a request's slots at max_model_len (vLLM 0.32), so a
+    sessions turn that outgrew it left nothing cached past it: the next turn hits max_model_len
+    floored to the block (1,000 -> 992), as vLLM's own scheduler does (the gemma3_4b dense case of
+    tests/test_whatif_vllm.py: 119,552 hit tokens each). The request holds no page past it either."""
+    def run(**opt):
+        mm = jenga.make_manager("vllm_hma", [FULL, SWA], 1 * GiB, enable_prefix_cache=True,
+                                prefix_cache_retention_interval=None, **opt)
+        a = req("a", list(range(1200)))
+        assert mm.lookup_prefix(a) == 0 and mm.allocate(a, 1200)
+        held = {st.name: len(p) for st, p in zip(mm.types, mm.reqs["a"].pages)}
+        mm.free(a)
+        return mm.lookup_prefix(req("b", list(range(1300)))), held
+    hit, held = run(max_model_len=1000)
+    assert hit == 992                                   # 1000 // 16 * 16
+    assert held == {"full/g0": 63, "sliding/g0": 63}    # cdiv(1000, 16) pages, not 75: none past 1000
+    # negative control: without the clamp every computed block is cached and held
+    hit, held = run()
+    assert hit == 1200 and held == {"full/g0": 75, "sliding/g0": 75}
+    with pytest.raises(SpecError, match="max_model_len"):
+        jenga.make_manager("vllm_hma", [FULL, SWA], GiB, max_model_len=0)
+
+
 def test_hma_off_refuses_mamba_hybrids_like_vllm():
     with pytest.raises(SpecError, match="Failed to promote"):
         jenga.make_manager("vllm_hma_off", [FULL, GDN], 4 * GiB)
