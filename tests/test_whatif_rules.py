@@ -268,7 +268,8 @@ def test_sglang_sizes_states_in_its_own_dtypes():
 
 @pytest.mark.parametrize("system,opts", [
     ("vllm_hma", {}), ("vllm_hma", {"mamba_cache_mode": "all", "prefix_cache_retention_interval": None}),
-    ("vllm_hma", {"prefix_cache_retention_interval": 64}), ("vllm_hma_off", {}), ("sglang_pools", {}),
+    ("vllm_hma", {"prefix_cache_retention_interval": 64}), ("vllm_hma", {"max_model_len": 40}),
+    ("vllm_hma_off", {}), ("sglang_pools", {}),
 ])
 @pytest.mark.parametrize("mix", ["full+swa", "full+mamba"])
 def test_random_streams_keep_the_allocator_invariants(system, opts, mix):

@@ -75,8 +75,9 @@ PREFILL_CHECKPOINT_ALIGNMENT = {"mamba2": 1}
 
 
 def _clamped_policy(policy, max_tokens: int):
-    """``policy`` whose held pages stop at ``max_tokens`` tokens (``allocate_slots`` clamps the
-    slots it allocates and the computed tokens it frees below at ``max_model_len``): the same class
+    """``policy`` whose held pages (and the bytes its layers read, which no block holds past it)
+    stop at ``max_tokens`` tokens (``allocate_slots`` clamps the slots it allocates and the computed
+    tokens it frees below at ``max_model_len``): the same class
     underneath (a subclass made once per class), so every ``isinstance`` and default-hook check of
     the manager still sees the policy it wraps."""
     cls = type(policy)
@@ -85,7 +86,12 @@ def _clamped_policy(policy, max_tokens: int):
         def held_intervals(self, rs, prev, T, tpp):
             m = self.max_tokens
             return cls.held_intervals(self, rs, min(prev, m), min(T, m), tpp)
+
+        def needed_bytes(self, rs, prev, T):
+            m = self.max_tokens
+            return cls.needed_bytes(self, rs, min(prev, m), min(T, m))
         sub = _CLAMPED[cls] = type(cls.__name__, (cls,), {"held_intervals": held_intervals,
+                                                          "needed_bytes": needed_bytes,
                                                           "__module__": cls.__module__})
     out = object.__new__(sub)
     out.__dict__.update(policy.__dict__)
@@ -155,6 +161,11 @@ class VllmHma(VllmCurrent):
         self.requested_block_size = tokens_per_page
         super().__init__(specs, capacity_bytes, tokens_per_page=tokens_per_page,
                          enable_prefix_cache=enable_prefix_cache, **options)
+        if mml is not None:
+            # "needed" bytes stop at max_model_len too (nothing past it is stored to be read): every
+            # accounted type through its clamped policy, none through the full-attention shortcut
+            self.acct = [_clamped_policy(p, mml) for p in self.acct]
+            self._full_bpt, self._acct_other = 0, list(self.acct)
         if ri and ri % self.align:
             raise SpecError(f"prefix_cache_retention_interval ({ri}) must be a multiple of the scheduler block "
                             f"size ({self.align} tokens): vLLM's CacheConfig check")
