@@ -234,7 +234,8 @@ def page_tokens(rule: str, default: int) -> int:
 
 def rule_options(rule: str, options: dict, max_model_len: int, prof=None, cfg=None) -> dict:
     """The rule's options with what the engine takes from the cell: TensorRT-LLM's full-attention
-    window (and its split's weight) is ``max_seq_len``; for a model with Mamba / linear-attention
+    window (and its split's weight) is ``max_seq_len``, and vLLM's KV cache manager allocates no block
+    past ``max_model_len``; for a model with Mamba / linear-attention
     layers also the architecture (TensorRT-LLM runs only its hybrid-linear families) and
     ``max_batch_size``, taken as the cell's ``engine.max_num_seqs`` (the same knob: the most requests
     in a batch; it sizes the live recurrent states TensorRT-LLM reserves first). SGLang's rules get
@@ -246,6 +247,9 @@ def rule_options(rule: str, options: dict, max_model_len: int, prof=None, cfg=No
             if cfg is not None and cfg.engine.max_num_seqs:
                 extra["max_batch_size"] = int(cfg.engine.max_num_seqs)
         return {"max_seq_len": max_model_len, **extra, **options}
+    if rule == "vllm_hma":
+        # KVCacheManager.allocate_slots clamps a request's blocks at max_model_len (vllm_hma.py)
+        return {"max_model_len": max_model_len, **options}
     if rule.startswith("sglang") and prof is not None and "mamba_state_elems_per_layer" in prof.extra:
         # SGLang sizes states with its own dtypes (bf16 conv, fp32 recurrent state): the shapes go along
         return {"mamba_state_elems": list(prof.extra["mamba_state_elems_per_layer"]), **options}

@@ -36,7 +36,7 @@ from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SlidingWindowSpec, Spe
 _first, _second = itemgetter(0), itemgetter(1)
 
 # The protected hooks: underscored methods a system inside jenga/ may override, with the contract
-# each override must keep (the baselines that use them: oracle.py, current.py, vllm_hma.py).
+# each override must keep (the baselines that use them: oracle.py, current.py, vllm_hma.py, sglang.py).
 PROTECTED_HOOKS: dict[str, str] = {
     "_fits": "(rs, prev, T, demand, hits) -> bool: can the pool hold ``demand`` pages per type for this "
              "allocation (after the hit's pages are pinned); no state change",
@@ -56,6 +56,9 @@ PROTECTED_HOOKS: dict[str, str] = {
                        "computed tokens",
     "_pin_mamba_checkpoints": "(rs, L) -> None: keep the checkpoints a hit of ``L`` tokens needs",
     "_release_transients": "(rs) -> None: free a request's transient (in-flight Mamba checkpoint) pages",
+    "_on_evict": "(t, sid) -> None: the pool evicted cached page ``sid`` of type ``t`` (it is out of the "
+                 "pool's cache already): drop its index entry; an override may also take other cached pages "
+                 "out of the cache (``pool.from_cached`` + ``pool.free``) and must drop their entries too",
 }
 
 

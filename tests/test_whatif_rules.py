@@ -170,6 +170,29 @@ def test_retention_interval_keeps_sliding_blocks_every_segment():
         jenga.make_manager("vllm_hma", [FULL, SWA], GiB, prefix_cache_retention_interval=-1)
 
 
+def test_no_block_past_max_model_len():
+    """KVCacheManager.allocate_slots clamps a request's slots at max_model_len (vLLM 0.32), so a
+    sessions turn that outgrew it left nothing cached past it: the next turn hits max_model_len
+    floored to the block (1,000 -> 992), as vLLM's own scheduler does (the gemma3_4b dense case of
+    tests/test_whatif_vllm.py: 119,552 hit tokens each). The request holds no page past it either."""
+    def run(**opt):
+        mm = jenga.make_manager("vllm_hma", [FULL, SWA], 1 * GiB, enable_prefix_cache=True,
+                                prefix_cache_retention_interval=None, **opt)
+        a = req("a", list(range(1200)))
+        assert mm.lookup_prefix(a) == 0 and mm.allocate(a, 1200)
+        held = {st.name: len(p) for st, p in zip(mm.types, mm.reqs["a"].pages)}
+        mm.free(a)
+        return mm.lookup_prefix(req("b", list(range(1300)))), held
+    hit, held = run(max_model_len=1000)
+    assert hit == 992                                   # 1000 // 16 * 16
+    assert held == {"full/g0": 63, "sliding/g0": 63}    # cdiv(1000, 16) pages, not 75: none past 1000
+    # negative control: without the clamp every computed block is cached and held
+    hit, held = run()
+    assert hit == 1200 and held == {"full/g0": 75, "sliding/g0": 75}
+    with pytest.raises(SpecError, match="max_model_len"):
+        jenga.make_manager("vllm_hma", [FULL, SWA], GiB, max_model_len=0)
+
+
 def test_hma_off_refuses_mamba_hybrids_like_vllm():
     with pytest.raises(SpecError, match="Failed to promote"):
         jenga.make_manager("vllm_hma_off", [FULL, GDN], 4 * GiB)
@@ -218,6 +241,69 @@ def test_sglang_mamba_pool_takes_ratio_over_one_plus_ratio():
     assert [p.num_pages for p in mm.pool.pools] == [sp["full_tokens"], sp["mamba_slots"]]
 
 
+def test_sglang_full_eviction_frees_that_prefixs_swa_kv():
+    """SWARadixCache.evict (phase 1): evicting a full-attention leaf frees its KV in both pools. Pools
+    of 20 full and 20 SWA tokens (ratio 1.0, page 1, window 4): a's 12 tokens are cached in both; b
+    computes 12 new tokens in two chunks of 6, and its second chunk evicts a's last 4 full tokens --
+    with them a's last 4 SWA tokens, which leaves the SWA pool room for b's next 6 without evicting
+    b's own out-of-window tokens 0-2. So c, sharing b's first 4 tokens, hits 4 (the window before
+    the hit is still cached)."""
+    from jenga.baselines.sglang import SglangPools
+    from jenga.prefix import PrefixCacheMixin
+    from jenga.testing import check_invariants
+    full, swa = FullAttentionSpec("full", 1, 1000), SlidingWindowSpec("swa", 1, 1000, window=4)
+
+    def run(cls):
+        mm = cls([full, swa], 40_000, tokens_per_page=1, enable_prefix_cache=True, swa_full_tokens_ratio=1.0)
+        assert [p.num_pages for p in mm.pool.pools] == [20, 20]
+        a = req("a", list(range(100, 112)))
+        assert mm.allocate(a, 12)
+        mm.free(a)
+        b = req("b", list(range(200, 212)))
+        assert mm.lookup_prefix(b) == 0 and mm.allocate(b, 6) and mm.allocate(b, 6)
+        check_invariants(mm)
+        c = req("c", list(range(200, 204)) + list(range(300, 305)))
+        return mm.lookup_prefix(c), mm.lookup_prefix(req("a2", list(range(100, 113))))
+
+    # a keeps 8 tokens in both pools (its full 0-7; SWA 0-7), so a re-sent a hits 8 either way
+    assert run(SglangPools) == (4, 8)
+
+    class IndependentPools(SglangPools):   # negative control: each pool evicts on its own (before)
+        _on_evict = PrefixCacheMixin._on_evict
+    # a's SWA tokens 8-10 stay cached with no full KV behind them, and b's window went instead
+    assert run(IndependentPools) == (0, 8)
+
+
+def test_sglang_unified_full_eviction_frees_swa_bytes_in_the_arena():
+    """The same SWARadixCache rule over --enable-unified-memory's one arena (sglang_unified): a full
+    shortfall's eviction returns the evicted prefix's SWA bytes to the shared gap too. A 31,000 B
+    arena (1 token of each kind = 1,000 B, SWA's 1,000 B sink): a's 12 tokens leave a 6,000 B gap; b's
+    8 new tokens need 8 full pages: 6 from the gap, then one eviction of a's last full token frees
+    its SWA token as well, so the 8th fits without a second; b's 8 SWA tokens then evict 8 of a's."""
+    from jenga.baselines.sglang_unified import SglangUnified
+    from jenga.prefix import PrefixCacheMixin
+    from jenga.testing import check_invariants
+    full, swa = FullAttentionSpec("full", 1, 1000), SlidingWindowSpec("swa", 1, 1000, window=4)
+
+    def run(cls):
+        mm = cls([full, swa], 31_000, tokens_per_page=1, enable_prefix_cache=True)
+        a = req("a", list(range(100, 112)))
+        assert mm.allocate(a, 12)
+        mm.free(a)
+        assert mm.pool.gap_bytes == 6000
+        assert mm.allocate(req("b", list(range(200, 216))), 8)
+        check_invariants(mm)
+        mm.pool.check()
+        return mm.pool.cached, mm.pool.path_counts["evict"], mm.lookup_prefix(req("a2", list(range(100, 113))))
+
+    # a keeps full tokens 0-10 and SWA tokens 0-2: a re-sent a hits 3 (the window before it)
+    assert run(SglangUnified) == ([11, 3], 9, 3)
+
+    class IndependentArena(SglangUnified):   # negative control: the SWA token stays cached (before)
+        _on_evict = PrefixCacheMixin._on_evict
+    assert run(IndependentArena) == ([10, 4], 10, 4)
+
+
 def test_sglang_sizes_states_in_its_own_dtypes():
     """mamba2_state_dtype / mamba_cache_per_req: conv in bfloat16, the recurrent state in float32 by
     default -- GDN's 24,576 conv + 524,288 state elements per layer are 2,146,304 B to SGLang, not
@@ -245,7 +331,8 @@ def test_sglang_sizes_states_in_its_own_dtypes():
 
 @pytest.mark.parametrize("system,opts", [
     ("vllm_hma", {}), ("vllm_hma", {"mamba_cache_mode": "all", "prefix_cache_retention_interval": None}),
-    ("vllm_hma", {"prefix_cache_retention_interval": 64}), ("vllm_hma_off", {}), ("sglang_pools", {}),
+    ("vllm_hma", {"prefix_cache_retention_interval": 64}), ("vllm_hma", {"max_model_len": 40}),
+    ("vllm_hma_off", {}), ("sglang_pools", {}), ("sglang_unified", {}),
 ])
 @pytest.mark.parametrize("mix", ["full+swa", "full+mamba"])
 def test_random_streams_keep_the_allocator_invariants(system, opts, mix):

@@ -10,7 +10,13 @@ import pytest
 from conftest import req
 
 import jenga
-from jenga.baselines.trtllm import TOKENS_PER_BLOCK, blocks_per_window, reported_capacity, split
+from jenga.baselines.trtllm import (
+    TOKENS_PER_BLOCK,
+    adjust_window_sizes_for_vswa,
+    blocks_per_window,
+    reported_capacity,
+    split,
+)
 from jenga.spec import FullAttentionSpec, MambaSpec, SlidingWindowSpec, SpecError
 from jenga.testing import shared_prefix_stream
 
@@ -77,6 +83,32 @@ def test_blocks_per_window_and_max_batch_size():
     # negative control: with every layer full there is one pool, the whole memory (ceilDiv: C++)
     one = blocks_per_window([FullAttentionSpec("full", 24, 2048)], cap, 32768)
     assert one == {32768: -(-int(cap / (24 * 2048)) // 32)}
+
+
+def test_windows_shrink_when_the_pool_cannot_hold_one_sequence_of_each():
+    """KVCacheManager.adjust_window_sizes_for_vswa (resource_manager.py): Gemma-3-like 1 full layer +
+    5 sliding-1024 layers of 1,000 B per token, max_seq_len 32,768, need 1,024 x 5,000 + 32,768 x
+    1,000 = 37,888,000 B for one sequence of each window. In 20,000,000 B: the band (0, 1024] costs all
+    6 layers 6,000 B a token (1,024 tokens, 6,144,000 B); the rest, 13,856,000 B, buys the full layer
+    13,856 tokens of (1024, 32768]: its window becomes 1,024 + 13,856 = 14,880. The equal split then
+    gives each window 10,000,000 B: int(10e6 / 5,000 // 32) = 62 and int(10e6 / 1,000 // 32) = 312
+    blocks."""
+    full, swa = FullAttentionSpec("full", 1, 1000), SlidingWindowSpec("sliding", 5, 1000, window=1024)
+    pairs = [(32768, 1000), (1024, 5000)]
+    assert adjust_window_sizes_for_vswa(pairs, 20_000_000) == {1024: 1024, 32768: 14880}
+    assert blocks_per_window([full, swa], 20_000_000, 32768) == {1024: 62, 14880: 312}
+    mm = jenga.make_manager("trtllm_pools", [full, swa], 20_000_000, max_seq_len=32768, enable_prefix_cache=True)
+    assert mm.window_adjustments == {32768: 14880} and mm.blocks == {1024: 62, 14880: 312}
+    assert [getattr(s, "window", None) for s in mm.specs] == [14880, 1024]   # the full layer attends to 14,880
+    # a window that cannot be filled merges with the larger ones: 3,000,000 B buys 500 tokens of all 6
+    # layers, both windows become 500 -- one window size, still the VSWA split: int(3e6 / 6,000 // 32)
+    assert adjust_window_sizes_for_vswa(pairs, 3_000_000) == {1024: 500, 32768: 500}
+    assert blocks_per_window([full, swa], 3_000_000, 32768) == {500: 15}
+    # negative control: a pool that holds one sequence of each window (37,888,001 B) keeps them
+    assert adjust_window_sizes_for_vswa(pairs, 37_888_001) == {1024: 1024, 32768: 32768}
+    assert jenga.make_manager("trtllm_pools", [full, swa], 37_888_001, max_seq_len=32768).window_adjustments == {}
+    # and without the adjustment the full window's pool would be sized for 32,768 (as before)
+    assert split(pairs, 20_000_000, 32) == ({1024: 0.5, 32768: 0.5}, {1024: 62, 32768: 312})
 
 
 def test_split_is_static_idle_blocks_never_serve_another_window():

@@ -128,7 +128,12 @@ def full_sequence_demand(mm, request, hit: int, num_tokens: int, in_flight_token
       out of it); hit blocks another running request holds cost nothing.
 
     ``mm`` is a paged manager (``jenga.manager_base.PagedManager``) with the prefix index. Image and state
-    types count their pages at full length (vLLM keeps no cross-attention here; Mamba: one state)."""
+    types count their pages at full length (vLLM keeps no cross-attention here; Mamba: one state).
+    A manager with a ``max_model_len`` (vllm_hma) counts at most that many tokens (``allocate_slots``:
+    ``full_num_tokens = min(request.num_tokens, self.max_model_len)``)."""
+    mml = getattr(mm, "max_model_len", None)
+    if mml is not None:
+        num_tokens = min(num_tokens, mml)
     total = 0
     hasher = mm.pending.get(request.request_id, (0, None))[1] if mm.enable_prefix_cache else None
     for t, st in enumerate(mm.types):

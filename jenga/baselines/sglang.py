@@ -33,18 +33,29 @@ SWA hit: no tombstone on the path, or  ``srt/mem_cache/swa_radix_cache.py``     
 >= window live tokens since the last   ``SWARadixCache._match_prefix_helper``
 tombstone                              (``match_len_since_tombstone``; index doc 41984379)
 Out-of-window SWA KV freed in decode   same file ``dec_swa_lock_only``; ``maybe_evict_swa``           agrees
-Full-pool eviction of a leaf also      ``SWARadixCache.evict`` phase 1 (full LRU leaves: full + SWA   differs,
-frees its SWA KV                       freed, node deleted); phase 2 tombstones SWA only              not fixed
-                                                                                                      (see below)
+Full-pool eviction of a leaf also      ``SWARadixCache.evict`` phase 1 (full LRU leaves: full + SWA   **fixed**
+frees its SWA KV                       freed, node deleted; index doc 55250093538)                    (was left
+                                                                                                      cached)
+An SWA-pool eviction of a leaf also    ``SWARadixCache.evict`` phase 2 (a leaf: full + SWA freed;     differs,
+frees its full KV; of an inner node    an inner node: SWA freed, tombstoned); phase 1's               not fixed
+only SWA (tombstone)                   ``_iteratively_delete_tombstone_leaf``                         (see below)
 Mamba hit only where a state is        ``srt/mem_cache/mamba_radix_cache.py`` (no_buffer: one state   agrees
 cached (end of what was inserted)      per inserted request)                                          (prompt
                                                                                                       end only)
 =====================================  ============================================================  =========
 
-Not fixed: here the full and SWA pools evict independently, so a full-pool eviction leaves that
-prefix's SWA pages cached until the SWA pool's own LRU takes them; SGLang frees both at once. Those
-pages can no longer give a hit (the full KV is gone), so hits and capacity are unchanged; only the
-SWA pool's free count under pressure differs.
+Full-pool eviction (``SWARadixCache.evict`` phase 1, index doc 55250093538): SGLang frees the
+evicted leaf's KV in both pools at once (``token_to_kv_pool_allocator.free(x.value)``, SWA included
+unless the node is a tombstone) and deletes the node. Here each pool has its own LRU, so a full page
+evicted takes the cached SWA page of the same prefix position with it (:meth:`SglangPools._on_evict`);
+without that the SWA page stayed cached, unable to give a hit (its full KV was gone), until the SWA
+pool's own LRU reached it -- hits were the same, but the SWA pool under pressure evicted pages that
+could still hit in its place. An SWA page a running request holds is left to it.
+
+Not fixed: SGLang's SWA-pool eviction (phase 2) frees a *leaf*'s full KV too and deletes the node,
+and phase 1 then deletes tombstoned parents that became leaves (``_iteratively_delete_tombstone_leaf``);
+here an SWA eviction frees only the SWA page and the full page stays cached until the full pool's
+LRU takes it (it can still serve a shorter prefix's hit, which a deleted leaf could not).
 
 Sizing in words: of the memory left for caches, ``rest * r / (1 + r)`` (``r =
 mamba_full_memory_ratio``) buys whole Mamba states; the attention pools get what the states leave.
@@ -164,6 +175,11 @@ class SglangPools(PagedManager):
         specs = sglang_state_specs(specs, options.get("mamba_state_elems"),
                                    options.get("mamba_ssm_dtype_bytes", SSM_DTYPE_BYTES))
         super().__init__(specs, capacity_bytes, tokens_per_page, enable_prefix_cache, **options)
+        # The types SGLang keeps in its SWA pool (every token-based kind but full attention) when the
+        # model also has full attention (SWARadixCache); _on_evict frees them with a full eviction.
+        full = any(type(s) is FullAttentionSpec for s in self.specs)
+        self._swa_types = [u for u, s in enumerate(self.specs)
+                           if full and s.token_based and type(s) is not FullAttentionSpec]
 
     @property
     def max_running_requests(self) -> int | None:
@@ -188,6 +204,23 @@ class SglangPools(PagedManager):
             raise SpecError(f"capacity_bytes ({self.capacity_bytes}) leaves a pool empty under SGLang's split {split}")
         return PartitionedPool([st.page_bytes for st in self.types], shares, self.capacity_bytes,
                                self.enable_prefix_cache)
+
+    # -- SWARadixCache.evict phase 1: a full leaf's eviction frees its SWA KV too ------------------
+    def _on_evict(self, t: int, sid: int) -> None:
+        """``swa_radix_cache.py`` ``SWARadixCache.evict`` (phase 1): evicting a full-attention leaf
+        frees the node's KV in the full *and* the SWA pool. A full page evicted here takes the cached
+        SWA page that ends at the same prefix position (the same key) out of the SWA pool."""
+        key = self.page_key[t].get(sid)
+        super()._on_evict(t, sid)
+        if key is None or type(self.specs[t]) is not FullAttentionSpec:
+            return
+        for u in self._swa_types:
+            mirror = self.index[u].get(key)
+            if mirror is not None and not self.ref[u].get(mirror, 0):  # cached, no request holds it
+                self.pool.from_cached(u, mirror)
+                self.pool.free(u, mirror)
+                super()._on_evict(u, mirror)
+
 
     # -- MambaRadixCache (no_buffer): one state at the end of the cached prompt -------------------
     def checkpoint_positions(self, rs, t, prev, T):

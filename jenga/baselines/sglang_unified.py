@@ -50,6 +50,8 @@ Boot labels = the static split         ``init_unified_mamba_pools`` / ``init_uni
                                                                                                      split's fixes
 State bytes in SGLang's dtypes, the    ``sglang_pools``' table (``mamba_utils.py``,                 **fixed**
 running-request cap                    ``init_memory``)                                             (inherited)
+A full eviction frees that prefix's    ``swa_radix_cache.py`` ``SWARadixCache.evict`` phase 1        **fixed**
+SWA KV too (its bytes join the gap)    (``sglang_pools``' rule, inherited)                           (inherited)
 ====================================  ==========================================================  ==========
 
 What this module models, and where it simplifies:

@@ -24,8 +24,9 @@ window) and ceilDiv                     engine backend)                         
                                                                                                       split="cpp"``
 One window size: all memory,            ``BaseKVCacheManager::calculateMaxNumBlocks``                 agrees
 ``ceilDiv(int(mem / bpt), 32)``
-Windows shrunk when memory cannot       ``KVCacheManager.adjust_window_sizes_for_vswa``               not
-hold them                                                                                             modelled
+Windows shrunk when memory cannot       ``KVCacheManager.adjust_window_sizes_for_vswa``               **fixed**
+hold one sequence of every window       (index doc 54765218664), called by                            (was not
+                                        ``calculate_max_num_blocks_for_vswa`` before the split        modelled)
 Out-of-window block detached and        ``WindowBlockManager::detachFrontBlock`` (index doc           agrees
 released to the evictor, reusable       126178160; TRT-LLM#6768, #7922)
 until evicted
@@ -68,9 +69,21 @@ Simplified: ``KVCacheManager::addSequence`` sizes a sequence's context blocks by
 ``min(inputLength, maxTokenNum)`` with ``maxTokenNum = max(windowSize, maxSequenceLength)`` for every
 window ("SWA allocates blocks linearly"), detaching them as the window moves; here a sliding layer
 holds its window plus the tokens of the step being computed (chunked prefill), so long prompts in one
-chunk under-count TRT-LLM's sliding-pool demand. ``adjust_window_sizes_for_vswa`` (windows clamped to
-the tokens memory holds) is not modelled: it acts only when the pool cannot hold one sequence of every
-window.
+chunk under-count TRT-LLM's sliding-pool demand.
+
+Windows shrunk to the memory (``resource_manager.py``, ``KVCacheManager.adjust_window_sizes_for_vswa``,
+called by ``calculate_max_num_blocks_for_vswa`` when the model has several window sizes, before the
+split): when one sequence of every window, ``sum over windows of window x its layers' bytes per
+token``, does not fit below the pool's bytes, the windows are walked in ascending order, each band
+``(previous window, window]`` of tokens charged to every layer whose window reaches it, until the memory
+runs out; a window that cannot be filled gets the tokens reached so far, and so does every larger
+window (they merge into one window size, then one pool). A shrunk layer attends to its new window
+(``max_attention_window_vec`` is rewritten): a full-attention layer becomes a sliding-window layer
+here. The split then runs on the adjusted windows (its equal shares over the merged window sizes,
+``int`` blocks, even when one size is left). Not modelled: ``kv_cache_config.max_tokens`` (the function
+also clamps the accumulated tokens to it) and ``_validate_and_adjust_attention_windows``' later clamp of
+a window to the blocks its pool got; ``window_split="cpp"`` (the TensorRT engine backend) is not
+adjusted.
 
 Hybrid Mamba / linear-attention models (the V1 route: ``KvCacheConfig.use_kv_cache_manager_v2=False``,
 ``CppMambaHybridCacheManager``):
@@ -162,8 +175,38 @@ def window_of(spec, max_seq_len: int) -> int:
                     "equivalent here (only full and sliding-window attention are modelled)")
 
 
+def adjust_window_sizes_for_vswa(windows_bpt, pool_memory_bytes: int) -> dict[int, int]:
+    """``KVCacheManager.adjust_window_sizes_for_vswa`` (``tensorrt_llm/_torch/pyexecutor/
+    resource_manager.py``; ``kv_cache_config.max_tokens`` unset): each window size of the ``(window,
+    bytes per token)`` pairs mapped to the window TensorRT-LLM keeps. Unchanged when ``sum(window x
+    bytes per token) < pool_memory_bytes``; otherwise, in ascending window order, the tokens of the band
+    ``(previous window, window]`` that the remaining memory buys for every layer still in play (this
+    window's and the larger ones'), accumulated; once a window cannot be filled the memory is spent and
+    every larger window keeps the same accumulated tokens."""
+    bpt: dict[int, int] = {}
+    for w, b in windows_bpt:
+        bpt[w] = bpt.get(w, 0) + b
+    wins = sorted(bpt)
+    if sum(w * bpt[w] for w in wins) < pool_memory_bytes:
+        return {w: w for w in wins}
+    remaining, in_play = pool_memory_bytes, sum(bpt.values())
+    accum = prev = 0
+    out = {}
+    for w in wins:
+        if remaining > 0 and in_play > 0:
+            tokens = min(remaining // in_play, w - prev)
+            remaining -= tokens * in_play
+            accum += tokens
+            if accum < w:   # this window cannot be filled: the larger ones get the same tokens
+                remaining = 0
+        out[w] = accum
+        in_play -= bpt[w]
+        prev = w
+    return out
+
+
 def split(windows_bpt, capacity_bytes: int, tokens_per_block: int = TOKENS_PER_BLOCK, window_split: str = "pytorch",
-          window_size_shares=None) -> tuple[dict, dict]:
+          window_size_shares=None, vswa: bool | None = None) -> tuple[dict, dict]:
     """``(share, blocks)`` per window size from ``(window, bytes per token)`` pairs, one per layer type.
 
     One window size (no VSWA): the whole memory, ``ceilDiv(int(memory / bytesPerToken),
@@ -176,14 +219,20 @@ def split(windows_bpt, capacity_bytes: int, tokens_per_block: int = TOKENS_PER_B
       summing to 1) says otherwise, and ``int(memory * share / bytesPerToken // tokensPerBlock)`` blocks;
     - ``window_split="cpp"`` (the TensorRT engine backend): ``BlockManager::calculateWindowSizeToShare``
       (weight = bytes-per-token fraction x window size, normalised) and ``calculateMaxNumBlocks``'s
-      ``ceilDiv(int(memory * share / bytesPerToken), tokensPerBlock)``."""
+      ``ceilDiv(int(memory * share / bytesPerToken), tokensPerBlock)``.
+
+    ``vswa``: the model's configured windows were several (TensorRT-LLM's ``is_vswa``, decided before
+    :func:`adjust_window_sizes_for_vswa` may merge them into one): the VSWA split even for one window
+    size left. Default: several window sizes in ``windows_bpt``."""
     if window_split not in ("pytorch", "cpp"):
         raise SpecError(f"window_split must be 'pytorch' or 'cpp', got {window_split!r}")
     bpt: dict[int, int] = {}
     for w, b in windows_bpt:
         bpt[w] = bpt.get(w, 0) + b
     wins = sorted(bpt)
-    if len(wins) == 1:
+    if vswa is None:
+        vswa = len(wins) > 1
+    if not vswa:
         w = wins[0]
         return {w: 1.0}, {w: -(-int(capacity_bytes / bpt[w]) // tokens_per_block)}
     if window_split == "cpp":
@@ -208,9 +257,14 @@ def split(windows_bpt, capacity_bytes: int, tokens_per_block: int = TOKENS_PER_B
 
 def blocks_per_window(specs, capacity_bytes: int, max_seq_len: int, tokens_per_block: int = TOKENS_PER_BLOCK,
                       window_split: str = "pytorch", window_size_shares=None) -> dict[int, int]:
-    """Primary blocks per window size of ``specs`` (see :func:`split`)."""
-    return split([(window_of(s, max_seq_len), s.bytes_per_token) for s in specs], capacity_bytes,
-                 tokens_per_block, window_split, window_size_shares)[1]
+    """Primary blocks per window size of ``specs`` (see :func:`split`), keyed by the windows
+    :func:`adjust_window_sizes_for_vswa` leaves (PyTorch backend, several window sizes)."""
+    pairs = [(window_of(s, max_seq_len), s.bytes_per_token) for s in specs]
+    vswa = len({w for w, _ in pairs}) > 1
+    if vswa and window_split == "pytorch":
+        adjusted = adjust_window_sizes_for_vswa(pairs, capacity_bytes)
+        pairs = [(adjusted[w], b) for w, b in pairs]
+    return split(pairs, capacity_bytes, tokens_per_block, window_split, window_size_shares, vswa=vswa)[1]
 
 
 class TrtllmPools(PagedManager):
@@ -238,7 +292,32 @@ class TrtllmPools(PagedManager):
             specs = [SlidingWindowSpec(s.name, s.num_layers, s.bytes_per_token_per_layer, s.num_compute_layers,
                                        window=min(cap_w, getattr(s, "window", cap_w)))
                      if type(s) in (FullAttentionSpec, SlidingWindowSpec) else s for s in specs]
+        self.vswa = False
+        self.window_adjustments: dict[int, int] = {}
+        if not self.hybrid_linear:
+            specs = self._adjusted_specs(specs, capacity_bytes, **options)
         super().__init__(specs, capacity_bytes, tokens_per_page, enable_prefix_cache, **options)
+
+    def _adjusted_specs(self, specs, capacity_bytes: int, **options) -> list:
+        """``adjust_window_sizes_for_vswa`` before the split (PyTorch backend, several window sizes):
+        a layer whose window shrinks attends to the shrunk window -- a sliding-window layer here."""
+        msl = options.get("max_seq_len", 32768)
+        if not isinstance(msl, int) or isinstance(msl, bool) or msl <= 0:
+            raise SpecError(f"max_seq_len must be a positive integer, got {msl!r}")
+        wins = [window_of(s, msl) for s in specs]
+        self.vswa = len(set(wins)) > 1
+        if not self.vswa or options.get("window_split", "pytorch") != "pytorch":
+            return specs
+        adjusted = adjust_window_sizes_for_vswa([(w, s.bytes_per_token) for w, s in zip(wins, specs)], capacity_bytes)
+        self.window_adjustments = {w: a for w, a in adjusted.items() if a != w}
+        if not self.window_adjustments:
+            return specs
+        if min(adjusted.values()) <= 0:
+            raise SpecError(f"capacity_bytes ({capacity_bytes}) buys no token of the smallest window under "
+                            f"TensorRT-LLM's adjust_window_sizes_for_vswa ({adjusted})")
+        return [SlidingWindowSpec(s.name, s.num_layers, s.bytes_per_token_per_layer, s.num_compute_layers,
+                                  window=adjusted[w]) if w in self.window_adjustments else s
+                for w, s in zip(wins, specs)]
 
     @staticmethod
     def _hybrid_specs(specs, **options) -> list:
@@ -278,7 +357,7 @@ class TrtllmPools(PagedManager):
         tpb = self.tokens_per_page
         self.share, self.blocks = split([(w, s.bytes_per_token) for w, s in zip(wins, self.specs)],
                                         self.capacity_bytes, tpb, options.get("window_split", "pytorch"),
-                                        options.get("window_size_shares"))
+                                        options.get("window_size_shares"), vswa=self.vswa)
         bpt: dict[int, int] = {}
         for w, s in zip(wins, self.specs):
             bpt[w] = bpt.get(w, 0) + s.bytes_per_token

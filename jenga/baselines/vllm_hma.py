@@ -34,6 +34,15 @@ block copies D4) plus what that system fixes at vLLM's defaults:
   ``0`` / ``None`` and must stop a chunk there. Read from ``MambaSpec.mixer``
   (:func:`prefill_checkpoint_alignment`); the simulator's chunk split is
   ``harness/backends/sim/align_split.py``.
+- **No KV past ``max_model_len``** (``v1/core/kv_cache_manager.py`` ``KVCacheManager.allocate_slots``:
+  ``total_computed_tokens = min(..., self.max_model_len)`` and ``num_tokens_need_slot = min(...,
+  self.max_model_len)``; the admission check's ``full_num_tokens = min(request.num_tokens,
+  self.max_model_len)``): a request never holds blocks for tokens past ``max_model_len``, so none
+  is cached there and no hit reaches past it (``max_model_len`` floored to the block). vLLM's front
+  end refuses such prompts (``v1/engine/input_processor.py``: "longer than the maximum model
+  length"), but its scheduler and KV cache manager -- what ``backend=vllm_sched`` drives -- serve
+  them this way, as do sessions traces whose later turns outgrow ``max_model_len``. Option
+  ``max_model_len`` (``harness.whatif`` passes the cell's; None: no clamp).
 - **The capacity it reports** (``v1/core/kv_cache_utils.py`` ``get_kv_cache_capacity`` /
   ``get_max_concurrency_for_kv_cache_config``; ``v1/kv_cache_interface.py``
   ``*.max_memory_usage_bytes``): see :func:`reported_capacity`.
@@ -46,6 +55,7 @@ error ("Failed to promote local KV cache specs to one unified type").
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from jenga.baselines.current import VllmCurrent
@@ -62,6 +72,34 @@ DEFAULT_MAMBA_CHUNK = 256
 # Mixers whose vLLM 0.32 kernels export a block-boundary state from inside one prefill chunk, and the
 # token alignment they need (``MambaMixer2.get_kv_cache_spec``; every other mixer: none).
 PREFILL_CHECKPOINT_ALIGNMENT = {"mamba2": 1}
+
+
+def _clamped_policy(policy, max_tokens: int):
+    """``policy`` whose held pages (and the bytes its layers read, which no block holds past it)
+    stop at ``max_tokens`` tokens (``allocate_slots`` clamps the slots it allocates and the computed
+    tokens it frees below at ``max_model_len``): the same class
+    underneath (a subclass made once per class), so every ``isinstance`` and default-hook check of
+    the manager still sees the policy it wraps."""
+    cls = type(policy)
+    sub = _CLAMPED.get(cls)
+    if sub is None:
+        def held_intervals(self, rs, prev, T, tpp):
+            m = self.max_tokens
+            return cls.held_intervals(self, rs, min(prev, m), min(T, m), tpp)
+
+        def needed_bytes(self, rs, prev, T):
+            m = self.max_tokens
+            return cls.needed_bytes(self, rs, min(prev, m), min(T, m))
+        sub = _CLAMPED[cls] = type(cls.__name__, (cls,), {"held_intervals": held_intervals,
+                                                          "needed_bytes": needed_bytes,
+                                                          "__module__": cls.__module__})
+    out = object.__new__(sub)
+    out.__dict__.update(policy.__dict__)
+    out.max_tokens = max_tokens
+    return out
+
+
+_CLAMPED: dict[type, type] = {}
 
 
 def prefill_checkpoint_alignment(specs) -> int | None:
@@ -100,7 +138,7 @@ class VllmHma(VllmCurrent):
     engine_version = ENGINE_VERSION
     # mamba_junction=False: a what-if without 0.32's junction pinning for Mamba groups (older vLLM)
     option_names = ("mamba_cache_mode", "prefix_cache_retention_interval", "mamba_chunk_size", "kernel_block_size",
-                    "mamba_junction")
+                    "mamba_junction", "max_model_len")
 
     def __init__(self, specs, capacity_bytes: int, tokens_per_page: int = 16, enable_prefix_cache: bool = False,
                  **options):
@@ -114,11 +152,20 @@ class VllmHma(VllmCurrent):
         self.kernel_block_size = options.get("kernel_block_size", 16)
         self.mamba_chunk_size = options.get("mamba_chunk_size")
         self.mamba_junction = bool(options.get("mamba_junction", True))
+        mml = options.get("max_model_len")
+        if mml is not None and (not isinstance(mml, int) or isinstance(mml, bool) or mml <= 0):
+            raise SpecError(f"max_model_len must be None or a positive integer, got {mml!r}")
+        self.max_model_len = mml
         self._waits_for_step: set = set()   # requests whose Mamba hit is a state of this step
         # the --block-size the user asked for; raised for Mamba hybrids below
         self.requested_block_size = tokens_per_page
         super().__init__(specs, capacity_bytes, tokens_per_page=tokens_per_page,
                          enable_prefix_cache=enable_prefix_cache, **options)
+        if mml is not None:
+            # "needed" bytes stop at max_model_len too (nothing past it is stored to be read): every
+            # accounted type through its clamped policy, none through the full-attention shortcut
+            self.acct = [_clamped_policy(p, mml) for p in self.acct]
+            self._full_bpt, self._acct_other = 0, list(self.acct)
         if ri and ri % self.align:
             raise SpecError(f"prefix_cache_retention_interval ({ri}) must be a multiple of the scheduler block "
                             f"size ({self.align} tokens): vLLM's CacheConfig check")
@@ -128,7 +175,15 @@ class VllmHma(VllmCurrent):
         self.block_size = aligned_block_size(self.specs, self.requested_block_size, self.mamba_cache_mode,
                                              self.mamba_chunk_size, self.kernel_block_size)
         self.tokens_per_page = self.block_size  # HybridGroups then scales sliding groups and pads Mamba
-        return super().storage_types()
+        types = super().storage_types()
+        if self.max_model_len is None:
+            return types
+        # allocate_slots: no block past max_model_len (module docstring)
+        return [dataclasses.replace(st, policy=_clamped_policy(st.policy, self.max_model_len)) for st in types]
+
+    def _past_max_model_len(self, t: int, j: int) -> bool:
+        """Token page ``j`` of type ``t`` ends past ``max_model_len`` (never allocated, never cached)."""
+        return self.max_model_len is not None and (j + 1) * self.types[t].tokens_per_page > self.max_model_len
 
     @property
     def mamba_block_size(self) -> int:
@@ -193,6 +248,8 @@ class VllmHma(VllmCurrent):
 
     # -- sliding-window retention (reachable_block_mask) -------------------------------------------
     def _reachable(self, rs: ReqState, t: int, j: int) -> bool:
+        if self._past_max_model_len(t, j):
+            return False  # no block there (allocate_slots' clamp), so nothing to cache
         pol = self.types[t].policy
         if not isinstance(pol, SlidingPolicy) or self.retention_interval is None:
             return True
@@ -221,7 +278,7 @@ class VllmHma(VllmCurrent):
         if self.mamba_cache_mode == "none":
             return ()
         B = self.mamba_block_size
-        hi = min(T, rs.prompt_len)
+        hi = min(T, rs.prompt_len, self.max_model_len or T)
         # align mode: a state exists where a chunk ends on a block (T), and the scheduler also ends a
         # chunk at the prompt's last block boundary -- or Mamba-2 exports the state there from inside
         # the chunk -- and at a detected shared-prefix junction ("mandatory early stops",
