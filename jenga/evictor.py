@@ -97,6 +97,30 @@ class _Runs:
                 heappop(heap)
         return None
 
+    def pop_first(self, k: int, take) -> None:
+        """Hand keys to ``take`` in order until it has accepted ``k`` (it returns whether the key
+        was live and taken) or none is left: each run's entries go while they precede the next
+        run's head."""
+        heap = self.flush()
+        got = taken = 0
+        while heap and got < k:
+            _, seq, run = heappop(heap)
+            bound = heap[0][0] if heap else None
+            n0 = len(run)
+            while run:
+                key = run[-1]
+                if bound is not None and key > bound:
+                    break
+                run.pop()
+                if take(key):
+                    got += 1
+                    if got == k:
+                        break
+            taken += n0 - len(run)
+            if run:
+                heappush(heap, (run[-1], seq, run))
+        self.size -= taken
+
     def all_entries(self):
         self.flush()
         for _, _, run in self.heap:
@@ -194,29 +218,17 @@ class PrefixSubsetEvictor:
                 self.remove(*top)
                 out.append(top)
             return out
-        q, keys = self._runs[0], self._key
-        heap = q.flush()
-        taken = 0
-        while heap and len(out) < k:
-            # The first run's entries go in order while they precede the next run's head.
-            _, seq, run = heappop(heap)
-            bound = heap[0][0] if heap else None
-            n0 = len(run)
-            while run:
-                key = run[-1]
-                if bound is not None and key > bound:
-                    break
-                run.pop()
-                d = keys[key[2]]
-                if d.get(key[3]) == key:
-                    del d[key[3]]
-                    out.append((key[2], key[3]))
-                    if len(out) == k:
-                        break
-            taken += n0 - len(run)
-            if run:
-                heappush(heap, (run[-1], seq, run))
-        q.size -= taken
+        keys = self._key
+
+        def take(key) -> bool:
+            d = keys[key[2]]
+            if d.get(key[3]) == key:
+                del d[key[3]]
+                out.append((key[2], key[3]))
+                return True
+            return False
+
+        self._runs[0].pop_first(k, take)
         return out
 
     def pop_cached(self, t: int, sids) -> list[int]:
@@ -346,28 +358,17 @@ class LargePageLRU:
         """Take out the ``k`` least recently used large pages (fewer when fewer), in order; no
         undo log may be open."""
         assert self._j is None, "pop_lru runs without an undo log"
-        q, keys, n, out = self._runs, self._key, self._n, []
-        heap = q.flush()
-        taken = 0
-        while heap and len(out) < k:
-            _, seq, run = heappop(heap)
-            bound = heap[0][0] if heap else None
-            n0 = len(run)
-            while run:
-                key = run[-1]
-                if bound is not None and key > bound:
-                    break
-                run.pop()
-                lp = key % n
-                if keys.get(lp) == key:
-                    del keys[lp]
-                    out.append(lp)
-                    if len(out) == k:
-                        break
-            taken += n0 - len(run)
-            if run:
-                heappush(heap, (run[-1], seq, run))
-        q.size -= taken
+        keys, n, out = self._key, self._n, []
+
+        def take(key) -> bool:
+            lp = key % n
+            if keys.get(lp) == key:
+                del keys[lp]
+                out.append(lp)
+                return True
+            return False
+
+        self._runs.pop_first(k, take)
         return out
 
     def newest_ts(self, lp: int) -> int:
