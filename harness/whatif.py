@@ -2,7 +2,7 @@
 
     python -m harness.whatif model=<zoo name | path/to/config.json> [gpu=h100] [engine.max_model_len=32768]
         [workload=<dataset | sessions | agent> [workload.<field>=v ...] | trace=path.jsonl]
-        [num_requests=64] [seed=0] [tp=1] [jobs=<parallel simulations, default: the usable cores>]
+        [num_requests=64] [seed=0] [tp=auto] [jobs=<parallel simulations, default: the usable cores>]
         [rules=vllm_hma,vllm_hma_off,jenga] [<rule>.<option>=value ...] [engine.<key>=value ...]
         [--json] [--no-sweep]
 
@@ -20,6 +20,8 @@ Time on 2 cores: without a workload about 1-2 s; with a workload each rule is on
 value; the simulations run in parallel worker processes (one per usable core, ``jobs=`` caps them;
 results do not depend on it), so about ten to twenty seconds -- ``--no-sweep`` for the fastest answer.
 
+``tp=auto`` (the default) serves the model on the fewest of 1, 2, 4 or 8 GPUs of ``gpu=`` at which its
+weights leave KV memory (vLLM's start-up needs some) and says which; ``tp=<n>`` fixes it.
 ``--json`` prints a list of objects, one per rule, with at least ``rule``, ``block_size_tokens`` (per
 group), ``kv_capacity_tokens``, ``max_concurrency`` and ``prefix_hit_rate`` (null without a workload).
 
@@ -93,7 +95,7 @@ class Args:
     rules: tuple[str, ...] = DEFAULT_RULES
     num_requests: int = 64
     seed: int = 0
-    tp: int = 1
+    tp: int | None = None  # None: tp=auto (resolve_tp)
     jobs: int | None = None  # parallel simulations (default: the usable cores)
     engine: dict = field(default_factory=dict)
     workload_opts: dict = field(default_factory=dict)  # generated workloads' fields (workload.<field>=)
@@ -147,11 +149,13 @@ def parse_args(argv: list[str]) -> Args:
                 raise WhatIfError(f"rules={raw}: unknown rule(s) {bad}; known: {list(RULES)} "
                                   f"(and any system of jenga.registry: {list(ALL_SYSTEM_NAMES)})")
             a.rules = names
+        elif key == "tp" and raw == "auto":
+            a.tp = None
         elif key in TOP_KEYS:
             if key in ("num_requests", "seed", "tp", "jobs"):
                 lo = 0 if key == "seed" else 1
                 if not isinstance(val, int) or isinstance(val, bool) or val < lo:
-                    raise WhatIfError(f"{key}={raw}: must be an integer >= {lo}")
+                    raise WhatIfError(f"{key}={raw}: must be an integer >= {lo}" + (" or auto" if key == "tp" else ""))
             setattr(a, key, str(raw) if key in ("model", "gpu", "workload", "trace") else val)
         else:
             raise WhatIfError(f"{key}: unknown key; allowed: {sorted(TOP_KEYS)}, engine.<key>, <rule>.<option>")
@@ -186,7 +190,7 @@ def compose(a: Args, system: str = "vllm_hma", options: dict | None = None, data
                           f"zoo: {group_options('model')}")
     if a.gpu not in group_options("gpu"):
         raise WhatIfError(f"gpu={a.gpu}: unknown; known: {group_options('gpu')}")
-    ov = [f"gpu={a.gpu}", f"gpu.count={a.tp}", f"system={system}", "backend=sim", f"seed={a.seed}", "engine.engine_version=v1",
+    ov = [f"gpu={a.gpu}", f"gpu.count={1 if a.tp is None else a.tp}", f"system={system}", "backend=sim", f"seed={a.seed}", "engine.engine_version=v1",
           "engine.enable_chunked_prefill=true"]
     if not _is_path(a.model):
         ov.append(f"model={a.model}")
@@ -219,6 +223,23 @@ def kv_bytes(cfg, prof) -> int:
     except ValueError as e:
         raise WhatIfError(f"model={prof.name} gpu={cfg.gpu.name} tp={cfg.gpu.count}: {e}; raise tp= or set "
                           "engine.kv_cache_bytes=") from None
+
+
+AUTO_TP = (1, 2, 4, 8)
+
+
+def resolve_tp(a: Args, prof) -> int:
+    """``a.tp``, or for ``tp=auto`` the fewest GPUs of :data:`AUTO_TP` at which the model's weights
+    and activation peak leave KV memory on ``a.gpu`` (the error of the largest when none does)."""
+    if a.tp is not None:
+        return a.tp
+    for n in AUTO_TP:
+        try:
+            kv_bytes(compose(dataclasses.replace(a, tp=n)), prof)
+            return n
+        except WhatIfError as e:
+            last = e
+    raise WhatIfError(f"{last} (tp=auto tried {', '.join(map(str, AUTO_TP))} GPUs)")
 
 
 # -- per rule ---------------------------------------------------------------------------------------
@@ -560,6 +581,7 @@ def run_simulations(a: Args, prof, requests, jobs: list[tuple[str, dict]]) -> di
 def run(argv: list[str]) -> list[dict]:
     a = parse_args(argv)
     prof = profile(a)
+    a.tp = resolve_tp(a, prof)
     cfg = compose(a)
     kv = kv_bytes(cfg, prof)
     requests = build_requests(a, prof) if (a.workload or a.trace) else None
@@ -570,7 +592,7 @@ def run(argv: list[str]) -> list[dict]:
         try:
             r = static_answer(rule, prof, kv, cfg, opts, caching)
         except ValueError as e:  # e.g. vllm_hma_off on a Mamba hybrid: vLLM refuses to start
-            answers.append({"rule": rule, "engine": ENGINE_OF.get(rule, rule), "error": str(e),
+            answers.append({"rule": rule, "engine": ENGINE_OF.get(rule, rule), "error": str(e), "tp": a.tp,
                             "block_size_tokens": None, "kv_capacity_tokens": None, "max_concurrency": None,
                             "prefix_hit_rate": None})
             continue
@@ -579,6 +601,7 @@ def run(argv: list[str]) -> list[dict]:
         if requests:
             jobs.append((rule, opts))
             jobs += [(rule, vo) for _, vo, st, err in variants if err is None]
+        r["tp"] = a.tp
         answers.append(r)
         plans.append((r, rule, opts, variants))
     sims = run_simulations(a, prof, requests, jobs) if requests else {}
@@ -595,13 +618,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         a = parse_args(argv)
         answers = run(argv)
+        tp = next((r["tp"] for r in answers if "tp" in r), a.tp)
     except WhatIfError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if a.as_json:
         print(json.dumps(answers, indent=1, default=str))
     else:
-        print_text(a.model, a.gpu, answers)
+        print_text(a.model, f"{tp} x {a.gpu}" if tp else a.gpu, answers)
     return 0
 
 

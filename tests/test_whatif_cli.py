@@ -78,7 +78,9 @@ def test_config_json_path_gives_the_zoo_answer(tmp_path):
     (["model=gpt_oss_20b", "num_requests=0"], "num_requests"),
     (["model=gpt_oss_20b", "workload=sessions", "workload.sessionz=3"], "workload.sessionz"),
     (["model=gpt_oss_20b", "foo=1"], "foo"),
-    (["model=qwen3_next_80b_a3b", "gpu=h100"], "raise tp="),
+    (["model=qwen3_next_80b_a3b", "gpu=h100", "tp=1"], "raise tp="),
+    (["model=minimax_m1", "gpu=h100"], "tp=auto tried 1, 2, 4, 8"),
+    (["model=gpt_oss_20b", "tp=two"], "or auto"),
 ])
 def test_bad_input_is_one_error_line(argv, needle, capsys):
     assert w.main(argv) == 2
@@ -199,3 +201,13 @@ def test_sglang_running_cap_reaches_the_scheduler():
         cfg.engine.tokens_per_page = w.page_tokens(rule, 16)
         seqs[rule] = sim_run(cfg, prof, reqs).meta["scheduler"]["max_num_seqs"]
     assert seqs == {"sglang_pools": st["mamba_slots"] // 3, "vllm_hma": int(w.compose(a).engine.max_num_seqs)}
+
+
+def test_tp_auto_takes_the_fewest_gpus_the_weights_leave_kv_memory_on():
+    """tp=auto (the default): Qwen3-Next-80B's 148.4 GiB of weights leave no KV memory on one or
+    two H100s (71.2 GiB usable each) and some on four; a model that fits one GPU stays on one
+    (negative control); tp=<n> is kept as given."""
+    answers = w.run(["model=qwen3_next_80b_a3b", "gpu=h100", "rules=vllm_hma", "--no-sweep"])
+    assert [r["tp"] for r in answers] == [4] and answers[0]["kv_capacity_tokens"] > 0
+    assert w.run(["model=gpt_oss_20b", "rules=vllm_hma", "--no-sweep"])[0]["tp"] == 1
+    assert w.run(["model=qwen3_next_80b_a3b", "gpu=h100", "tp=8", "rules=vllm_hma", "--no-sweep"])[0]["tp"] == 8
