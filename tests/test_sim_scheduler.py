@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from unittest.mock import patch
 
 from hypothesis import given, settings
@@ -53,6 +54,37 @@ def test_mixed_chunked_prefill_exact():
     sched, trace, _ = simulate(_mm(100), UnitCost(), cfg, reqs)
     assert [t["num_prefill_tokens"] for t in trace] == [3, 2, 0]
     assert sched.seqs[0].first_token_time == 2.0 and sched.seqs[0].finish_time == 3.0
+
+
+def test_v1_ends_a_request_at_max_model_len_exact():
+    """vLLM v1's check_stop (vllm/v1/core/sched/utils.py): a request ends once prompt + output reaches
+    max_model_len (12 here). A: prompt 8, output 10 -> 4 tokens (t=1..4); B: prompt 14, already past
+    it -> the one token of its prefill step. Negative controls: C (4 + 8 = 12, reaching it with its
+    last token) and D (3 + 5) are untouched, and without the cap (v0) every request gets its output."""
+    from harness.backends.sim.engine import loop_metrics
+    reqs = make_requests([(8, 10), (14, 5), (4, 8), (3, 5)])
+    cfg = SchedulerConfig(max_num_seqs=8, token_budget=64, mixed=True, chunked_prefill=True,
+                          enable_prefix_caching=False, max_model_len=12)
+    sched, trace, agg = simulate(_mm(100), UnitCost(), cfg, reqs)
+    assert [s.num_generated for s in sched.seqs] == [4, 1, 8, 5]
+    assert [s.finish_time for s in sched.seqs] == [4.0, 1.0, 8.0, 5.0]
+    assert [s.first_token_time for s in sched.seqs] == [1.0] * 4
+    assert [len(s.req.output_token_ids) for s in sched.seqs] == [4, 1, 8, 5]
+    assert [t["num_decode"] for t in trace] == [0, 3, 3, 3, 2, 1, 1, 1]
+    m = loop_metrics(sched, trace, agg, 400)
+    assert m["num_steps"] == 8 and m["makespan_s"] == 8.0
+    assert m["output_tok_s"] == 18 / 8 and m["tpot_mean"] == 1.0 and m["num_requests"] == 4
+    # negative control: no cap -> the requested outputs, 10 steps
+    sched, trace, agg = simulate(_mm(100), UnitCost(), dataclasses.replace(cfg, max_model_len=None), reqs)
+    assert [s.num_generated for s in sched.seqs] == [10, 5, 8, 5]
+    assert [s.finish_time for s in sched.seqs] == [10.0, 5.0, 8.0, 5.0]
+    assert loop_metrics(sched, trace, agg, 400)["output_tok_s"] == 28 / 10
+
+
+def test_scheduler_config_caps_at_max_model_len_on_v1_only():
+    prof = tiny_profile()
+    assert scheduler_config(tiny_engine(engine_version="v1", max_model_len=4096), prof).max_model_len == 4096
+    assert scheduler_config(tiny_engine(engine_version="v0", max_model_len=4096), prof).max_model_len is None
 
 
 def test_exact_throughput_with_cost_model():

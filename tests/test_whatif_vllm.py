@@ -176,3 +176,21 @@ def test_vllm_hma_dense_retention_under_pressure():
     sim, vllm = _hits_both("gemma3_4b", 4, None, 1_300_000_000)
     assert sim == pytest.approx(vllm, rel=0.01)
     assert vllm == 119_552
+
+
+def test_vllm_hma_ends_requests_at_max_model_len_like_vllms_scheduler():
+    """The same trace: turns 9-11 (4,176 / 4,540 / 4,904 prompt tokens) are at or past max_model_len
+    4,096, and vLLM 0.32's check_stop (vllm/v1/core/sched/utils.py) ends each after the one token of
+    its prefill step (FINISHED_LENGTH_CAPPED); the simulator's v1 scheduler now does the same
+    (harness/backends/sim/scheduler.py, SchedulerConfig.max_model_len). Tolerance: step count exact,
+    mean TTFT and output tokens/s within 1e-6 relative; today all are identical. Before the cap the
+    simulator decoded those 12 requests to 64 tokens each (756 tokens more): 2,237 steps, TTFT 0.02103 s
+    against vLLM's 1,695 and 0.02042 s."""
+    sim, vs = _run_both("gemma3_4b", 4, None, 1_300_000_000)
+    assert (sim["num_steps"], vs["num_steps"]) == (1695, 1695)
+    assert sim["ttft_mean"] == pytest.approx(vs["ttft_mean"], rel=1e-6)
+    assert vs["ttft_mean"] == pytest.approx(0.020416, abs=5e-6)
+    # 36 requests x 64 tokens + 12 x 1 (vLLM's own count, backend=vllm_sched) over the same makespan
+    assert sim["output_tok_s"] == pytest.approx(vs["output_tok_s"], rel=1e-6)
+    assert vs["output_tok_s"] * vs["makespan_s"] == pytest.approx(36 * 64 + 12)
+    assert sim["prefix_hit_tokens"] == vs["prefix_hit_tokens"] == 119_552

@@ -50,7 +50,10 @@ def scheduler_config(engine, profile: ModelProfile, system: str | None = None) -
         v0_can_allocate=version == "v0",
         watermark=V0_WATERMARK,
         full_prompt_admission=mixed and bool(system in full_prompt_admission_systems()
-                                             if full_isl is None else full_isl))
+                                             if full_isl is None else full_isl),
+        # v1's check_stop ends a request at max_model_len tokens (vllm/v1/core/sched/utils.py; the
+        # scheduler module docstring); v0's StopChecker caps one token later and is not modelled.
+        max_model_len=engine.model_len(profile) if version == "v1" else None)
 
 
 def make_manager(system: str, profile: ModelProfile, capacity: int, engine, options: dict | None,
@@ -177,7 +180,8 @@ def loop_metrics(sched: Scheduler, trace: list[dict], agg: dict, capacity: int) 
     seqs = sched.seqs
     metrics = summarize_requests(
         [s.req.arrival_time for s in seqs], [s.first_token_time for s in seqs],
-        [s.finish_time for s in seqs], [s.req.prompt_len for s in seqs], [s.req.output_len for s in seqs])
+        # the tokens each request generated (fewer than output_len where max_model_len ended it)
+        [s.finish_time for s in seqs], [s.req.prompt_len for s in seqs], [s.num_generated for s in seqs])
     n = max(1, agg["samples"])
     prompt_tokens = sum(s.req.prompt_len for s in seqs if s.first_admitted)
     hit_tokens = sum(s.hit_tokens for s in seqs)
@@ -230,7 +234,11 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     metrics.update({"kv_capacity_pages": capacity // geom.large_page_bytes,
                     "path_counts": dict(final.path_counts)})
     metrics.update(v.extra_metrics(sched, mm, trace, requests))
-    meta = {"simulated": True, "allocator": type(mm).__name__, "scheduler": vars(sched_cfg),
+    # The max_model_len cap is left out of the record: it follows from engine.engine_version and
+    # engine.max_model_len (scheduler_config), and a record of a cell it cannot touch (every dataset
+    # cell: harness.workloads.check_context) stays byte-identical (tests/test_sim_digest.py).
+    sched_meta = {k: v for k, v in vars(sched_cfg).items() if k != "max_model_len"}
+    meta = {"simulated": True, "allocator": type(mm).__name__, "scheduler": sched_meta,
             "activation_peak_bytes": cost.activation_peak_bytes(), "tensor_parallel": cost.tp,
             "large_page_bytes": geom.large_page_bytes, "engine_overhead": vars(cost.overhead),
             "block_manager": cost.block_manager, "gpu_efficiency": cost.efficiency, "variants": v.names}

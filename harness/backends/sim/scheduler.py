@@ -35,6 +35,19 @@ free + evictable memory holds its *whole* remaining sequence -- counting its pre
 sliding-window cap (``KVCacheManager.allocate_slots(full_sequence_must_fit=True)``), sized by
 :func:`jenga.baselines.current.full_sequence_demand` -- so an admitted request can always finish
 its chunked prefill. The April-2025 V1 engine the artifact forked admitted chunk by chunk (off).
+
+**Length cap** (``SchedulerConfig.max_model_len``, engine v1): vLLM v1 ends a request once its
+length reaches ``max_model_len`` -- ``check_stop`` (vllm/v1/core/sched/utils.py, vLLM 0.32), called
+by ``Scheduler._update_request_with_output`` after each sampled token, sets FINISHED_LENGTH_CAPPED
+when ``request.num_tokens >= max_model_len`` before it looks at ``min_tokens`` -- so a request of
+prompt ``P`` and ``output_len`` ``O`` generates ``min(O, max(1, max_model_len - P))`` tokens (a
+prompt at or past ``max_model_len`` still gets the one token of its prefill step). vLLM's front end
+(``InputProcessor._validate_prompt_len``) refuses a prompt of ``max_model_len`` tokens or more, and
+the harness's datasets refuse any request whose prompt + output exceeds it
+(``harness.workloads.check_context``), so the cap fires only on generated or user traces fed
+directly (``harness.whatif``), as ``backend=vllm_sched`` feeds vLLM's scheduler. Not applied to v0:
+vLLM v0's ``StopChecker.maybe_stop_sequence`` caps at ``seq.get_len() > max_model_len`` (one token
+later) and its scheduler ignores over-long prompts instead, a different rule not modelled here.
 """
 
 from __future__ import annotations
@@ -71,10 +84,14 @@ class SeqState:
     # _token_id's per-request part, computed once (a crc32 of the id per generated token was ~0.2 s
     # of a Fig. 13 study).
     token_base: int = field(init=False, repr=False)
+    # Output tokens it generates before it finishes: its output_len, or fewer where the scheduler's
+    # max_model_len cap ends it first (Scheduler.__init__).
+    max_output: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.target = self.req.prompt_len + self.num_generated
         self.token_base = _token_base(self.req)
+        self.max_output = self.req.output_len
 
 
 @dataclass
@@ -98,6 +115,7 @@ class SchedulerConfig:
     v0_can_allocate: bool = False  # vLLM v0's whole-prompt admission gate (module docstring)
     watermark: float = 0.01        # v0 BlockSpaceManager watermark, fraction of all pages
     full_prompt_admission: bool = False  # vLLM >= 0.3x's scheduler_reserve_full_isl (module docstring)
+    max_model_len: int | None = None     # vLLM v1's length cap (module docstring); None: off
 
 
 class FullPromptProbe:
@@ -143,6 +161,12 @@ class Scheduler:
         self.mm = mm
         self.cfg = config
         self.seqs = [SeqState(r) for r in sorted(requests, key=lambda r: r.arrival_time)]
+        mml = config.max_model_len
+        if mml is not None:
+            for s in self.seqs:
+                # vLLM v1's check_stop after each sampled token: prompt + output >= max_model_len ends
+                # it (module docstring), so a prompt already at or past it yields one token.
+                s.max_output = min(s.req.output_len, max(1, mml - s.req.prompt_len))
         self._pending = deque(self.seqs)          # not yet arrived
         self.waiting: deque[SeqState] = deque()
         self.running: list[SeqState] = []
@@ -365,16 +389,18 @@ class Scheduler:
             self.running = [s for s in self.running if not s.done]
 
     def _emit(self, seq: SeqState, n: int, now: float) -> bool:
-        """Append ``n`` generated tokens to ``seq``'s request; finish and free it when it has all its
-        output. True when it finished."""
+        """Append ``n`` generated tokens to ``seq``'s request (none past ``seq.max_output``: vLLM's
+        ``_update_request_with_output`` trims a multi-token step at the stop); finish and free it when
+        it has all its output. True when it finished."""
         req = seq.req
+        n = min(n, seq.max_output - seq.num_generated)
         for _ in range(n):
             req.output_token_ids.append((seq.token_base + seq.num_generated) % 100_000 + 1)    # _token_id
             seq.num_generated += 1
             seq.target += 1
         if seq.first_token_time is None:
             seq.first_token_time = now
-        if seq.num_generated < req.output_len:
+        if seq.num_generated < seq.max_output:
             return False
         seq.finish_time = now
         seq.done = True

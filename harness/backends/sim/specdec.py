@@ -57,7 +57,7 @@ class SpecScheduler(Scheduler):
 
     def _k_eff(self, seq) -> int:
         # Never propose past the request's last output token.
-        return max(0, min(self.k, seq.req.output_len - seq.num_generated - 1))
+        return max(0, min(self.k, seq.max_output - seq.num_generated - 1))
 
     def _schedule_running(self, budget: int):
         out: list[Scheduled] = []

@@ -268,12 +268,14 @@ def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     tmp.cleanup()
 
     ids = [r.request_id for r in ours]
+    # The tokens vLLM generated: fewer than output_len where check_stop ended a request at
+    # max_model_len (vllm/v1/core/sched/utils.py, FINISHED_LENGTH_CAPPED); output_len if unfinished.
+    outputs = [vreqs[i].num_output_tokens if i in finish else by_id[i].output_len for i in ids]
     metrics = summarize_requests([by_id[i].arrival_time for i in ids], [first.get(i) for i in ids],
-                                 [finish.get(i) for i in ids], [by_id[i].prompt_len for i in ids],
-                                 [by_id[i].output_len for i in ids])
+                                 [finish.get(i) for i in ids], [by_id[i].prompt_len for i in ids], outputs)
     preemptions = sum(v.num_preemptions for v in vreqs.values())
     # Work beyond each request's one pass (prompt − first-admission hits + output − 1) is recompute.
-    one_pass = sum(by_id[i].prompt_len + by_id[i].output_len - 1 for i in ids) - hits
+    one_pass = sum(by_id[i].prompt_len for i in ids) + sum(outputs) - len(ids) - hits
     n = max(1, len(trace))
     cap_specs = [s for s in profile.specs if not isinstance(s, VisionEmbeddingSpec)]
     metrics.update({
