@@ -282,6 +282,36 @@ def _max_model_len(cfg, prof) -> int:
     return int(mml) if mml else int(prof.max_model_len)
 
 
+def check_vllm_start(mm, kv: int, max_model_len: int, max_num_batched_tokens: int, blocks_per_request: int) -> None:
+    """vLLM 0.32 refuses to start when the KV cache cannot hold one ``max_model_len`` request
+    (``v1/core/kv_cache_utils.py`` ``check_enough_kv_cache_memory``): the memory one request's specs
+    need at most (``max_memory_usage_bytes``: here the blocks one request needs, every group, times the
+    pool's block) against the memory less the null block the pool keeps back
+    (``_pool_bytes_per_block``); its message names the longest ``max_model_len`` that would start
+    (``estimate_max_model_len``, a binary search). ValueError with vLLM's message."""
+    block = mm.pool.page_bytes_flat
+    usable = kv - block
+
+    def needed(length: int) -> int:
+        per = reported_capacity(mm, length, max_num_batched_tokens=max_num_batched_tokens)["blocks_per_request"]
+        return per * block
+
+    if blocks_per_request * block <= usable:
+        return
+    lo, hi = 0, max_model_len
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if needed(mid) <= usable:
+            lo = mid
+        else:
+            hi = mid - 1
+    est = f" Based on the available memory, the estimated maximum model length is {lo}." if lo > 0 else ""
+    raise ValueError(f"vLLM refuses to start: to serve one request of max_model_len {max_model_len}, "
+                     f"{blocks_per_request * block / 2**30:.2f} GiB of KV cache is needed, more than the "
+                     f"{usable / 2**30:.2f} GiB available (check_enough_kv_cache_memory).{est} "
+                     "Lower engine.max_model_len or raise tp= / gpu_memory_utilization.")
+
+
 def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: bool) -> dict:
     """Geometry and capacity of ``rule`` (no simulation)."""
     specs = [s for s in prof.specs if not isinstance(s, VisionEmbeddingSpec)] if rule.startswith("vllm") else list(prof.specs)
@@ -311,6 +341,7 @@ def static_answer(rule: str, prof, kv: int, cfg, options: dict, prefix_caching: 
                    window_share={str(w): x for w, x in cap["window_share"].items()})
     elif rule.startswith("vllm"):
         cap = reported_capacity(mm, mml, max_num_batched_tokens=mnbt)
+        check_vllm_start(mm, kv, mml, mnbt, cap["blocks_per_request"])
         out.update(num_blocks=cap["num_blocks"], kv_capacity_tokens=cap["kv_capacity_tokens"],
                    max_concurrency=round(cap["max_concurrency"], 4))
         if rule == "vllm_hma":

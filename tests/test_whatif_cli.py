@@ -211,3 +211,15 @@ def test_tp_auto_takes_the_fewest_gpus_the_weights_leave_kv_memory_on():
     assert [r["tp"] for r in answers] == [4] and answers[0]["kv_capacity_tokens"] > 0
     assert w.run(["model=gpt_oss_20b", "rules=vllm_hma", "--no-sweep"])[0]["tp"] == 1
     assert w.run(["model=qwen3_next_80b_a3b", "gpu=h100", "tp=8", "rules=vllm_hma", "--no-sweep"])[0]["tp"] == 8
+
+
+def test_vllm_refuses_to_start_when_one_request_does_not_fit():
+    """vLLM's check_enough_kv_cache_memory (tests/test_whatif_vllm.py checks it against vLLM's own):
+    Gemma-4-31B with the hybrid manager off charges all 60 layers at full length, so on one H100 a
+    32,768-token max_model_len cannot start (it names 14,336 as the longest that would); with the
+    manager on, or at 8,192 tokens, it starts (negative controls)."""
+    off = w.run(["model=gemma4_31b", "engine.max_model_len=32768", "rules=vllm_hma_off,vllm_hma", "--no-sweep"])
+    assert "vLLM refuses to start" in off[0]["error"] and "estimated maximum model length is 14336" in off[0]["error"]
+    assert "error" not in off[1] and off[1]["max_concurrency"] > 1
+    ok = w.run(["model=gemma4_31b", "engine.max_model_len=8192", "rules=vllm_hma_off", "--no-sweep"])
+    assert "error" not in ok[0] and ok[0]["max_concurrency"] >= 1

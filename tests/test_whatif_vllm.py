@@ -194,3 +194,52 @@ def test_vllm_hma_ends_requests_at_max_model_len_like_vllms_scheduler():
     assert sim["output_tok_s"] == pytest.approx(vs["output_tok_s"], rel=1e-6)
     assert vs["output_tok_s"] * vs["makespan_s"] == pytest.approx(36 * 64 + 12)
     assert sim["prefix_hit_tokens"] == vs["prefix_hit_tokens"] == 119_552
+
+
+@pytest.mark.parametrize("name,hybrid", [("gemma4_31b", False), ("gemma4_31b", True), ("gemma3_12b", False),
+                                         ("gpt_oss_20b", False), ("qwen3_5_4b", True)])
+def test_start_check_matches_vllms(name, hybrid, tmp_path):
+    """harness.whatif's check_vllm_start against vLLM 0.32's check_enough_kv_cache_memory (run by its
+    planner): at three KV budgets vLLM refuses to start exactly when ours says it does, and both name
+    the same longest max_model_len that would start; the 40 GiB budget is the negative control
+    (both start)."""
+    import re
+
+    import jenga
+    from harness.backends.vllm.plan import (
+        EngineKnobs,
+        make_vllm_config,
+        plan_kv_cache,
+        vllm_layer_specs,
+        write_proxy_model_dir,
+    )
+    from harness.whatif import check_vllm_start
+    from jenga.baselines.vllm_hma import reported_capacity
+    prof = _profile(name)
+    mml = 32768
+    mode = "align" if any(s.kind == "mamba" for s in prof.specs) else "none"
+    outcomes = []
+    for budget in (int(1.5 * GiB), 6 * GiB, 40 * GiB):
+        knobs = EngineKnobs(hybrid=hybrid, block_size=16, max_model_len=mml, max_num_batched_tokens=8192,
+                            enable_prefix_caching=True)
+        vc = make_vllm_config(prof, knobs, write_proxy_model_dir(prof, mml, tmp_path / f"m{budget}"))
+        try:
+            plan_kv_cache(vc, vllm_layer_specs(prof, 16, mode), budget)
+            theirs = None
+        except ValueError as e:
+            theirs = str(e)
+        mm = jenga.make_manager("vllm_hma" if hybrid else "vllm_hma_off", prof.specs, budget, enable_prefix_cache=True)
+        cap = reported_capacity(mm, mml, max_num_batched_tokens=8192, max_concurrent_batches=vc.max_concurrent_batches)
+        try:
+            check_vllm_start(mm, budget, mml, 8192, cap["blocks_per_request"])
+            ours = None
+        except ValueError as e:
+            ours = str(e)
+        assert (theirs is None) == (ours is None), (budget, theirs, ours)
+        if theirs is not None:
+            est = re.compile(r"estimated maximum model length is (\d+)")
+            assert est.search(theirs).group(1) == est.search(ours).group(1), (budget, theirs, ours)
+        outcomes.append(theirs is None)
+    assert outcomes[-1], "40 GiB must start"
+    if not hybrid:  # every layer charged at full length: 1.5 GiB cannot hold 32k tokens (not vacuous)
+        assert not outcomes[0]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from harness import whatif as w
 from harness.study.whatif.common import SIM_NOTE, args, simulate
+from harness.workloads import build_workload
 from harness.workloads import sessions as ww
 
 
@@ -18,7 +19,7 @@ def run(study: dict, out: Path) -> list[dict]:
         cfg = w.compose(a)
         kv = w.kv_bytes(cfg, prof)
         for wl in study["workloads"]:
-            reqs = ww.generate(wl["name"], study["num_requests"], **(wl.get("spec") or {}))
+            reqs = workload_requests(wl, a, prof, study["num_requests"])
             for rule in study["rules"]:
                 row = {"model": model, "gpu": gpu, "tp": tp, "workload": wl["name"], "rule": rule}
                 try:
@@ -37,6 +38,20 @@ def run(study: dict, out: Path) -> list[dict]:
                              "throughput_req_s": round(m["throughput_req_s"], 4), "simulated": True})
     _figure(study, rows, out)
     return rows
+
+
+def workload_requests(wl: dict, a, prof, num_requests: int):
+    """A generated workload (``spec``: its fields) or, with ``dataset:``, one of the harness's
+    dataset twins capped at the study's max_model_len (``harness.whatif``'s ``workload=<dataset>``;
+    ``overrides``: its ``dataset.<key>`` settings, e.g. arXiv-QA's ``subset``)."""
+    if "dataset" not in wl:
+        return ww.generate(wl["name"], num_requests, **(wl.get("spec") or {}))
+    cfg = w.compose(a, dataset=wl["dataset"])
+    cfg.dataset.num_requests = num_requests
+    cfg.dataset.max_len = int(cfg.engine.max_model_len)
+    for k, v in (wl.get("overrides") or {}).items():
+        cfg.dataset[k] = v
+    return build_workload(cfg)
 
 
 def winners(rows, key):
