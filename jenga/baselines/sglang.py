@@ -78,7 +78,13 @@ per-type LRU breaks a timestamp tie by the longest prefix first, so among pages 
 the SWA pool evicts the tail (a leaf: full freed too) before the path's start (which SGLang would
 tombstone, keeping the full path's hit while its last window lives). The first needs node
 boundaries kept per key, which a page-level manager does not have; the second a root-first tie-break
-for the SWA types, a change of every SWA eviction's order left for its own measurement. Cost: the
+for the SWA types, a change of every SWA eviction's order left for its own measurement. Nor does
+SGLang keep two copies of a node: ``_insert_helper`` frees a request's duplicate KV at insert (or, on
+a tombstoned node, the node's old full KV, adopting the request's); here the live copy takes the key
+and the old cached page stays, unreachable, until the LRU evicts it (``jenga/prefix.py``
+``_register``) -- 10,748 of the 13,910 full evictions of ``sglang_unified`` on Gemma-4-31B sessions
+(the what-if summary); freeing it at once would need a ``_register`` hook (measured outside the
+rules: that row's hits 0.614 -> 0.529, results/whatif/README.md). Cost: the
 parent links are one dict entry per full page key (pruned on ``free`` once they outnumber the
 indexed keys twice), and recording them in ``_cacheable`` sends these two systems' registrations
 through the manager's per-page path, not its unrolled one (other systems are untouched).
