@@ -49,7 +49,9 @@ PROTECTED_HOOKS: dict[str, str] = {
               "reference hands the page to the cache (or frees it)",
     "_page_key": "(rs, t, j, computed) -> hash key or None: the prefix-cache key page ``j`` of type ``t`` is "
                  "registered under once computed; None keeps it out of the cache",
-    "_cacheable": "(rs, t, j) -> bool: may page ``j`` of type ``t`` stay in the cache when released",
+    "_cacheable": "(rs, t, j) -> bool: may page ``j`` of type ``t`` stay in the cache when released; asked "
+                  "once per page as it is registered (computed), so an override may also note the page (sglang.py "
+                  "records its parent key) but must change neither the pool nor the index",
     "_release_pages": "(rs, t, js, stale) -> None: release pages ``js`` of type ``t`` (``stale``: out of "
                       "the window, evicted first)",
     "_snapshot_mamba": "(rs, prev, T) -> None: take the Mamba checkpoints due between ``prev`` and ``T`` "

@@ -274,12 +274,148 @@ def test_sglang_full_eviction_frees_that_prefixs_swa_kv():
     assert run(IndependentPools) == (0, 8)
 
 
+def _sglang_swa_pools(cls):
+    """Pools of 40 full and 20 SWA tokens (ratio 0.5, page 1, window 4), prefix cache on."""
+    full, swa = FullAttentionSpec("full", 1, 1000), SlidingWindowSpec("swa", 1, 1000, window=4)
+    mm = cls([full, swa], 60_000, tokens_per_page=1, enable_prefix_cache=True, swa_full_tokens_ratio=0.5)
+    assert [p.num_pages for p in mm.pool.pools] == [40, 20]
+    return mm
+
+
+def test_sglang_swa_eviction_of_a_leaf_frees_its_full_kv():
+    """SWARadixCache.evict phase 2, a leaf: the SWA LRU's victim with no child is deleted, its full
+    KV freed with its SWA KV. a's 12 tokens are cached in both pools; b's 12 new SWA tokens find 8
+    free and evict a's SWA tokens 11, 10, 9, 8 -- each a leaf when evicted (11 is a's last; then
+    its parent) -- so a's full tokens 8-11 go too: 20 full tokens cached after b, not 24. A re-sent
+    a hits 8 either way (its window 4-7 is still cached)."""
+    from jenga.baselines.sglang import SglangPools
+    from jenga.testing import check_invariants
+
+    def run(cls):
+        mm = _sglang_swa_pools(cls)
+        a = req("a", list(range(100, 112)))
+        assert mm.allocate(a, 12)
+        mm.free(a)
+        assert mm.pool.cached == [12, 12]
+        b = req("b", list(range(200, 212)))
+        assert mm.allocate(b, 12)
+        check_invariants(mm)
+        mm.free(b)
+        return list(mm.pool.cached), mm.lookup_prefix(req("a2", list(range(100, 113))))
+
+    assert run(SglangPools) == ([20, 20], 8)
+
+    class Phase1Only(SglangPools):   # negative control: an SWA eviction frees only the SWA token (before)
+        phase2_frees_leaves = False
+    # a's full tokens 8-11 stay cached with no SWA KV, unable to give a hit
+    assert run(Phase1Only) == ([24, 20], 8)
+
+
+def test_sglang_swa_eviction_of_an_inner_page_tombstones_it():
+    """SWARadixCache.evict phase 2, an inner node: its SWA KV is freed and it becomes a tombstone,
+    its full KV stays; _iteratively_delete_tombstone_leaf later deletes tombstones that became
+    leaves. a caches 8 tokens; b (a's 8 + 5) hits 8, so a's SWA tokens 0-4 stay at a's older time
+    (b pinned only its window, 5-7). c's 10 new SWA tokens find 7 free and evict a's SWA 4, 3, 2 --
+    inner pages (b's tokens extend them): full stays, and b re-sent still hits 12 (>= 4 live SWA
+    tokens after the last tombstone). d's 12 then evict a's SWA 1, 0 (inner: tombstones), b's SWA
+    12 down to 5 (each a leaf in turn: full freed too), and with 5's deletion the tombstoned full
+    0-4 (now leaves), then c's last two: 8 full tokens left cached (c's 0-7)."""
+    from jenga.baselines.sglang import SglangPools
+    from jenga.testing import check_invariants
+
+    def run(cls):
+        mm = _sglang_swa_pools(cls)
+        a = req("a", list(range(100, 108)))
+        assert mm.allocate(a, 8)
+        mm.free(a)
+        b = req("b", list(range(100, 112)) + [1])
+        assert mm.lookup_prefix(b) == 8 and mm.allocate(b, 5)
+        mm.free(b)
+        c = req("c", list(range(300, 310)))
+        assert mm.allocate(c, 10)
+        check_invariants(mm)
+        mm.free(c)
+        out = [list(mm.pool.cached), mm.lookup_prefix(req("b2", list(range(100, 112)) + [2]))]
+        assert mm.allocate(req("d", list(range(400, 412))), 12)
+        check_invariants(mm)
+        return (*out, list(mm.pool.cached))
+
+    assert run(SglangPools) == ([23, 20], 12, [8, 8])
+
+    class EveryPageALeaf(SglangPools):   # negative control: inner pages deleted too (full freed)
+        def _is_leaf(self, key):
+            return True
+    # a's full 2-4 freed with their SWA: b re-sent hits only 2 (full prefix 0-1)
+    assert run(EveryPageALeaf)[:2] == ([20, 20], 2)
+
+    class NoTombstoneWalk(SglangPools):   # negative control: tombstoned parents are not deleted
+        phase2_tombstone_walk = False
+    # a's tombstoned full 0-4 stay cached after b's leaf chain went, unable to give a hit
+    assert run(NoTombstoneWalk) == ([23, 20], 12, [13, 8])
+
+
+def test_sglang_evicting_an_orphaned_full_copy_keeps_the_live_nodes_swa():
+    """Only a page that owns its key is a node: a cached full page whose key a live copy took (a
+    request recomputed a prefix it could not hit; jenga/prefix.py ``_register``) is evicted alone,
+    leaving the SWA KV of the node that owns the key now. Pools of 23 full and 18 SWA tokens (ratio
+    0.8, page 1, window 4): a (12 tokens, chunks of 4) is cached; x's 12 evict a's out-of-window SWA
+    0-4 (stale, first: tombstones) and a's leaf 11; a re-sent (hit 11) refreshes a; b = a's first 4
+    tokens + 3 hits 0 (tombstoned window) and recomputes 0-3, taking those keys from a's old full
+    pages (4 orphans); y's 14 tokens evict, among others, the orphans. b re-sent then hits 4."""
+    from jenga.baselines.sglang import SglangPools
+    from jenga.prefix import PrefixCacheMixin
+    from jenga.testing import check_invariants
+    full, swa = FullAttentionSpec("full", 1, 1000), SlidingWindowSpec("swa", 1, 1000, window=4)
+
+    def run(cls):
+        mm = cls([full, swa], 42_000, tokens_per_page=1, enable_prefix_cache=True, swa_full_tokens_ratio=0.8)
+        assert [p.num_pages for p in mm.pool.pools] == [23, 18]
+        a = req("a", list(range(100, 112)))
+        for _ in range(3):
+            assert mm.allocate(a, 4)
+        mm.free(a)
+        x = req("x", list(range(200, 212)))
+        assert mm.allocate(x, 12)
+        mm.free(x)
+        a2 = req("a2", list(range(100, 113)))
+        assert mm.lookup_prefix(a2) == 11 and mm.allocate(a2, 2)
+        mm.free(a2)
+        b = req("b", list(range(100, 104)) + [1, 2, 9])
+        assert mm.lookup_prefix(b) == 0 and mm.allocate(b, 7)
+        mm.free(b)
+        assert sum(mm.index[0].get(k) != s for s, k in mm.page_key[0].items()) == 4   # a's old 0-3
+        y = req("y", list(range(300, 314)))
+        assert mm.allocate(y, 14)
+        check_invariants(mm)
+        mm.free(y)
+        return list(mm.pool.cached), mm.lookup_prefix(req("b2", list(range(100, 104)) + [1, 2, 3]))
+
+    assert run(SglangPools) == ([20, 18], 4)
+
+    class AnyCopyFreesTheSwa(SglangPools):   # negative control: the phase-1 rule before (any page's key)
+        def _on_evict(self, t, sid):
+            key = self.page_key[t].get(sid)
+            if key is None or t not in self._full_types or self.index[t].get(key) == sid:
+                return super()._on_evict(t, sid)
+            PrefixCacheMixin._on_evict(self, t, sid)
+            for u in self._swa_types:
+                m = self.index[u].get(key)
+                if m is not None and not self.ref[u].get(m, 0):
+                    self.pool.from_cached(u, m)
+                    self.pool.free(u, m)
+                    PrefixCacheMixin._on_evict(self, u, m)
+    # b's SWA tokens 0-3 went with a's orphans: b re-sent hits only 2
+    assert run(AnyCopyFreesTheSwa) == ([22, 18], 2)
+
+
 def test_sglang_unified_full_eviction_frees_swa_bytes_in_the_arena():
     """The same SWARadixCache rule over --enable-unified-memory's one arena (sglang_unified): a full
     shortfall's eviction returns the evicted prefix's SWA bytes to the shared gap too. A 31,000 B
     arena (1 token of each kind = 1,000 B, SWA's 1,000 B sink): a's 12 tokens leave a 6,000 B gap; b's
     8 new tokens need 8 full pages: 6 from the gap, then one eviction of a's last full token frees
-    its SWA token as well, so the 8th fits without a second; b's 8 SWA tokens then evict 8 of a's."""
+    its SWA token as well, so the 8th fits without a second; b's 8 SWA tokens then evict a's SWA
+    tokens 10, 9, 8, 7 -- each a leaf by then (phase 2), so each frees its full token too and two
+    pages' bytes join the gap per eviction."""
     from jenga.baselines.sglang_unified import SglangUnified
     from jenga.prefix import PrefixCacheMixin
     from jenga.testing import check_invariants
@@ -296,8 +432,13 @@ def test_sglang_unified_full_eviction_frees_swa_bytes_in_the_arena():
         mm.pool.check()
         return mm.pool.cached, mm.pool.path_counts["evict"], mm.lookup_prefix(req("a2", list(range(100, 113))))
 
-    # a keeps full tokens 0-10 and SWA tokens 0-2: a re-sent a hits 3 (the window before it)
-    assert run(SglangUnified) == ([11, 3], 9, 3)
+    # a keeps full and SWA tokens 0-6 (5 evictions): a re-sent a hits 7 (the window before it)
+    assert run(SglangUnified) == ([7, 7], 5, 7)
+
+    class Phase1Only(SglangUnified):   # control: an SWA eviction frees only the SWA token (before)
+        phase2_frees_leaves = False
+    # a keeps full tokens 0-10 and SWA tokens 0-2: a re-sent a hits 3
+    assert run(Phase1Only) == ([11, 3], 9, 3)
 
     class IndependentArena(SglangUnified):   # negative control: the SWA token stays cached (before)
         _on_evict = PrefixCacheMixin._on_evict

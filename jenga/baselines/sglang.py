@@ -36,26 +36,58 @@ Out-of-window SWA KV freed in decode   same file ``dec_swa_lock_only``; ``maybe_
 Full-pool eviction of a leaf also      ``SWARadixCache.evict`` phase 1 (full LRU leaves: full + SWA   **fixed**
 frees its SWA KV                       freed, node deleted; index doc 55250093538)                    (was left
                                                                                                       cached)
-An SWA-pool eviction of a leaf also    ``SWARadixCache.evict`` phase 2 (a leaf: full + SWA freed;     differs,
-frees its full KV; of an inner node    an inner node: SWA freed, tombstoned); phase 1's               not fixed
-only SWA (tombstone)                   ``_iteratively_delete_tombstone_leaf``                         (see below)
+An SWA-pool eviction of a leaf also    ``SWARadixCache.evict`` phase 2 (SWA LRU over every            **fixed**,
+frees its full KV; of an inner node    non-tombstone node, ``get_lru_no_lock``: ``len(children) >     page level
+(or a leaf a request holds) only its   0`` -> ``free_swa`` + ``_tombstone_internal_node``;            (was SWA
+SWA KV (tombstone)                     ``full_lock_ref > 0`` -> tombstone; else ``free`` (full +       only; see
+                                       SWA) + ``_delete_leaf``)                                       below)
+A tombstone that becomes a leaf is     ``_iteratively_delete_tombstone_leaf`` (after a leaf's         **fixed**
+deleted (its full KV freed), up the    deletion in both phases; stops at a held node or the root)     (was kept)
+path
 Mamba hit only where a state is        ``srt/mem_cache/mamba_radix_cache.py`` (no_buffer: one state   agrees
 cached (end of what was inserted)      per inserted request)                                          (prompt
                                                                                                       end only)
 =====================================  ============================================================  =========
 
-Full-pool eviction (``SWARadixCache.evict`` phase 1, index doc 55250093538): SGLang frees the
-evicted leaf's KV in both pools at once (``token_to_kv_pool_allocator.free(x.value)``, SWA included
-unless the node is a tombstone) and deletes the node. Here each pool has its own LRU, so a full page
-evicted takes the cached SWA page of the same prefix position with it (:meth:`SglangPools._on_evict`);
-without that the SWA page stayed cached, unable to give a hit (its full KV was gone), until the SWA
-pool's own LRU reached it -- hits were the same, but the SWA pool under pressure evicted pages that
-could still hit in its place. An SWA page a running request holds is left to it.
+Eviction (``swa_radix_cache.py`` ``SWARadixCache.evict``, index doc 55250093538), modelled at page
+level in :meth:`SglangPools._on_evict`: a cached page's *node* is its key, its parent the key one page
+shorter (recorded as pages are registered), a *leaf* a key no cached or held full page extends, a
+*tombstone* a key with no SWA page in the index. Phase 1 (full pool short): SGLang frees the evicted
+leaf's KV in both pools at once and deletes the node; here each pool has its own LRU, so a full page
+evicted takes the cached SWA page of its key with it. Phase 2 (SWA pool short): SGLang's SWA LRU
+holds every non-tombstone node; a victim with children only loses its SWA KV (``free_swa``,
+``_tombstone_internal_node``), as does a leaf whose full KV a request holds; any other leaf is
+deleted, full KV too. Here an SWA page evicted whose key is a leaf (and whose full page no request
+holds) takes its cached full page with it; an inner one leaves its full page cached, and hits past
+it still need ``window`` live SWA tokens after it (``match_len_since_tombstone``; the window rule
+above). After a deletion in either phase, ``_iteratively_delete_tombstone_leaf`` deletes the parent
+while it is an unheld tombstone with no child left, freeing its full KV, and so on up. An SWA page
+a running request holds is never freed by these rules. Before: an evicted full page left its SWA
+page cached (no hit possible without its full KV) and an evicted SWA leaf left its full page cached
+(no hit possible either: a hit ending there needs that page's SWA KV).
 
-Not fixed: SGLang's SWA-pool eviction (phase 2) frees a *leaf*'s full KV too and deletes the node,
-and phase 1 then deletes tombstoned parents that became leaves (``_iteratively_delete_tombstone_leaf``);
-here an SWA eviction frees only the SWA page and the full page stays cached until the full pool's
-LRU takes it (it can still serve a shorter prefix's hit, which a deleted leaf could not).
+Not fixed (page level vs SGLang's nodes): SGLang evicts whole radix nodes -- runs of tokens whose
+boundaries come from the insert and match history (``_insert_helper``'s new node per inserted
+suffix, ``_split_node`` at every partial match) -- so deleting a leaf node frees all of its tokens'
+full KV at once, and its eviction loop overshoots the tokens asked for; here pages go one at a time
+as the SWA LRU reaches them, so more stays cached and a shorter prefix of what SGLang deleted can
+still hit. And SGLang's SWA LRU makes a node's parents less recently used than it
+(``reset_node_and_parents_mru``, ``_insert_helper`` touching root to leaf: "this allows swa to evict
+nodes closer to root first"), so among nodes used together it tombstones the root side first; our
+per-type LRU breaks a timestamp tie by the longest prefix first, so among pages released together
+the SWA pool evicts the tail (a leaf: full freed too) before the path's start (which SGLang would
+tombstone, keeping the full path's hit while its last window lives). The first needs node
+boundaries kept per key, which a page-level manager does not have; the second a root-first tie-break
+for the SWA types, a change of every SWA eviction's order left for its own measurement. Nor does
+SGLang keep two copies of a node: ``_insert_helper`` frees a request's duplicate KV at insert (or, on
+a tombstoned node, the node's old full KV, adopting the request's); here the live copy takes the key
+and the old cached page stays, unreachable, until the LRU evicts it (``jenga/prefix.py``
+``_register``) -- 10,748 of the 13,910 full evictions of ``sglang_unified`` on Gemma-4-31B sessions
+(the what-if summary); freeing it at once would need a ``_register`` hook (measured outside the
+rules: that row's hits 0.614 -> 0.529, results/whatif/README.md). Cost: the
+parent links are one dict entry per full page key (pruned on ``free`` once they outnumber the
+indexed keys twice), and recording them in ``_cacheable`` sends these two systems' registrations
+through the manager's per-page path, not its unrolled one (other systems are untouched).
 
 Sizing in words: of the memory left for caches, ``rest * r / (1 + r)`` (``r =
 mamba_full_memory_ratio``) buys whole Mamba states; the attention pools get what the states leave.
@@ -73,7 +105,7 @@ spec's bytes are used as they are.
 
 Prefix caching: ``SWARadixCache`` frees (tombstones) a request's sliding-window KV as it leaves the
 window and matches a prefix only where the last ``window`` tokens' SWA KV is still present; each pool
-evicts by LRU on its own. ``MambaRadixCache`` under ``no_buffer`` keeps one state per cached
+evicts by its own LRU, with the cross-pool consequences above. ``MambaRadixCache`` under ``no_buffer`` keeps one state per cached
 request, at the end of what it inserted (modelled: at the end of the prompt; SGLang's
 ``cache_finished_req`` also covers the generated tokens, which a next chat turn re-sends -- a
 difference that only under-counts Mamba hits here). ``extra_buffer`` (states every
@@ -180,6 +212,21 @@ class SglangPools(PagedManager):
         full = any(type(s) is FullAttentionSpec for s in self.specs)
         self._swa_types = [u for u, s in enumerate(self.specs)
                            if full and s.token_based and type(s) is not FullAttentionSpec]
+        # The radix tree, at page level (_on_evict): the full types whose pages are its nodes'
+        # full KV, and the parent key of each key registered in the first of them (None: the root).
+        self._full_types = [t for t, s in enumerate(self.specs) if type(s) is FullAttentionSpec]
+        self._tree_type = self._full_types[0] if self._swa_types else -1
+        self._parent: dict = {}
+        self._kids: dict = {}
+
+    # Switches for negative controls in tests (SGLang does both).
+    phase2_frees_leaves = True      # SWARadixCache.evict phase 2: an SWA-evicted leaf loses its full KV
+    phase2_tombstone_walk = True    # _iteratively_delete_tombstone_leaf after a leaf's deletion
+
+    def free(self, request) -> None:
+        super().free(request)
+        if self._tree_type >= 0:
+            self._maybe_compact_tree()
 
     @property
     def max_running_requests(self) -> int | None:
@@ -205,22 +252,101 @@ class SglangPools(PagedManager):
         return PartitionedPool([st.page_bytes for st in self.types], shares, self.capacity_bytes,
                                self.enable_prefix_cache)
 
-    # -- SWARadixCache.evict phase 1: a full leaf's eviction frees its SWA KV too ------------------
-    def _on_evict(self, t: int, sid: int) -> None:
-        """``swa_radix_cache.py`` ``SWARadixCache.evict`` (phase 1): evicting a full-attention leaf
-        frees the node's KV in the full *and* the SWA pool. A full page evicted here takes the cached
-        SWA page that ends at the same prefix position (the same key) out of the SWA pool."""
-        key = self.page_key[t].get(sid)
-        super()._on_evict(t, sid)
-        if key is None or type(self.specs[t]) is not FullAttentionSpec:
-            return
-        for u in self._swa_types:
-            mirror = self.index[u].get(key)
-            if mirror is not None and not self.ref[u].get(mirror, 0):  # cached, no request holds it
-                self.pool.from_cached(u, mirror)
-                self.pool.free(u, mirror)
-                super()._on_evict(u, mirror)
+    # -- SWARadixCache.evict: the radix tree's two eviction phases at page level -------------------
+    # A page's *node* is its key (the hash of the prefix it ends); its parent the key one page
+    # shorter. A cached full page is a *leaf* when no page of a full type (cached or held: the
+    # index holds both) extends its prefix; an SWA-less key (no SWA type has it in its index) is a
+    # *tombstone*. Parent links are recorded as pages are registered (``_cacheable``), as a pure
+    # function of the key, so an undone allocation needs no journal for them.
+    def _cacheable(self, rs, t, j):
+        """Every page may be cached (the default); for the first full type also records the page's
+        parent key (``SWARadixCache`` nodes hang off their prefix: ``TreeNode.parent``)."""
+        if t == self._tree_type:
+            tpp = self.types[t].tokens_per_page
+            key = rs.hasher.hash_at((j + 1) * tpp)
+            if key is not None and key not in self._parent:
+                parent = rs.hasher.hash_at(j * tpp) if j else None
+                self._parent[key] = parent
+                self._kids.setdefault(parent, []).append(key)
+        return True
 
+    def _is_leaf(self, key) -> bool:
+        """No full page, cached or held, extends ``key``'s prefix (``len(node.children) == 0``)."""
+        kids = self._kids.get(key)
+        return not kids or not any(c in self.index[f] for c in kids for f in self._full_types)
+
+    def _in_pool_cache(self, t: int, sid: int) -> bool:
+        """Page ``sid`` is still in its pool's cache (a batch eviction takes pages out of the pool
+        before the manager hears of them one by one)."""
+        pools = getattr(self.pool, "pools", None)
+        ev = pools[t].evictor if pools is not None else self.pool.evictor
+        return ev is not None and ev.contains(t, sid)
+
+    def _free_node(self, key) -> bool:
+        """Free the node of ``key``: every full type's cached, unheld page and every SWA type's
+        cached, unheld page of that key leave the pools and the index. True when no full page of
+        the key is left (a held one stays: ``full_lock_ref > 0``)."""
+        for t in self._full_types + self._swa_types:
+            sid = self.index[t].get(key)
+            if sid is not None and not self.ref[t].get(sid, 0) and self._in_pool_cache(t, sid):
+                self.pool.from_cached(t, sid)
+                self.pool.free(t, sid)
+                super()._on_evict(t, sid)
+        return not any(key in self.index[f] for f in self._full_types)
+
+    def _delete_tombstone_leaves(self, key) -> None:
+        """``_iteratively_delete_tombstone_leaf``: after ``key``'s node is gone, delete its parent
+        while that is a tombstone (no SWA page indexed), unheld and now a leaf, and so on up (a
+        loop, not a recursion: a long prompt's tombstoned chain is thousands of pages)."""
+        if not self.phase2_tombstone_walk:
+            return
+        parent = self._parent.get(key)
+        while (parent is not None and not any(parent in self.index[u] for u in self._swa_types)
+               and self._is_leaf(parent) and self._free_node(parent)):
+            parent = self._parent.get(parent)
+
+    def _on_evict(self, t: int, sid: int) -> None:
+        """``swa_radix_cache.py`` ``SWARadixCache.evict``, at page level:
+
+        - phase 1 (a full-attention page evicted by the full LRU): the node's KV is freed in the
+          full *and* the SWA pool -- the cached SWA page of the same key leaves the SWA pool -- and
+          ``_iteratively_delete_tombstone_leaf`` then deletes the parent when it is a tombstone,
+          unheld and now a leaf (freeing its full KV), and so on up;
+        - phase 2 (an SWA page evicted by the SWA LRU): a *leaf* (no child, no full holder) is
+          deleted -- its full page is freed too, then the same walk up the tombstoned parents; an
+          *inner* page (or one whose full page a request holds: the ``full_lock_ref > 0`` branch)
+          only loses its SWA KV and becomes a tombstone, its full page stays cached.
+        Only a page that owned its key's index entry counts (an old copy is no node)."""
+        key = self.page_key[t].get(sid)
+        owned = key is not None and self.index[t].get(key) == sid
+        super()._on_evict(t, sid)
+        if not owned or not self._swa_types:
+            return
+        if t in self._full_types:
+            if self._free_node(key):
+                self._delete_tombstone_leaves(key)
+        elif t in self._swa_types and self.phase2_frees_leaves:
+            if any(self.ref[u].get(self.index[u].get(key), 0) for u in self._swa_types):
+                return  # another SWA type's page of the node is held (swa_lock_ref > 0)
+            if self._is_leaf(key) and self._free_node(key):
+                self._delete_tombstone_leaves(key)
+
+    def _maybe_compact_tree(self) -> None:
+        """Forget parent links of keys that are neither indexed nor held by a running request (they
+        re-enter only through a registration, which records them again); amortised O(1)."""
+        if self._j is not None or len(self._parent) <= 2 * len(self.index[self._tree_type]) + 4096:
+            return
+        t = self._tree_type
+        keep = set(self.index[t])
+        tpp = self.types[t].tokens_per_page
+        for rs in self.reqs.values():
+            if rs.hasher is not None and rs.reg[t]:
+                k = tpp // rs.hasher.block
+                keep.update(rs.hasher.chain(rs.reg[t] * tpp)[k - 1::k])
+        self._parent = {c: p for c, p in self._parent.items() if c in keep}
+        self._kids = {}
+        for c, p in self._parent.items():
+            self._kids.setdefault(p, []).append(c)
 
     # -- MambaRadixCache (no_buffer): one state at the end of the cached prompt -------------------
     def checkpoint_positions(self, rs, t, prev, T):

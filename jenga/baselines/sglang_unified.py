@@ -52,6 +52,9 @@ State bytes in SGLang's dtypes, the    ``sglang_pools``' table (``mamba_utils.py
 running-request cap                    ``init_memory``)                                             (inherited)
 A full eviction frees that prefix's    ``swa_radix_cache.py`` ``SWARadixCache.evict`` phase 1        **fixed**
 SWA KV too (its bytes join the gap)    (``sglang_pools``' rule, inherited)                           (inherited)
+An SWA eviction of a leaf frees its    ``SWARadixCache.evict`` phase 2 and                           **fixed**
+full KV too, of an inner node only     ``_iteratively_delete_tombstone_leaf`` (``sglang_pools``'      (inherited,
+its SWA KV (tombstone)                 page-level rule, inherited)                                   page level)
 ====================================  ==========================================================  ==========
 
 What this module models, and where it simplifies:
