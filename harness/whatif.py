@@ -202,7 +202,9 @@ def compose(a: Args, system: str = "vllm_hma", options: dict | None = None, data
     ov += [f"engine.{k}={'null' if v is None else v}" for k, v in eng.items()]
     cfg = compose_cell(ov)
     if options:
-        cfg.system.options = dict(options)
+        # over the system's own defaults (harness/conf/system/<rule>.yaml: Jenga's sliding retention
+        # and, on v1, its widened hit check and block copies), not instead of them
+        cfg.system.options = {**cfg.system.options, **options}
     return cfg
 
 
@@ -450,6 +452,11 @@ def knob_variants(rule: str, prof, align: int) -> list[tuple[str, dict]]:
         # KvCacheConfig.max_attention_window: capping every window also re-weighs the static split
         return [(f"max_attention_window={w}", {"max_attention_window": w}) for w in (4096, 16384)
                 if "full" in kinds]
+    if rule == "jenga":
+        # Jenga's update_last_access gives out-of-window pages a timestamp below every other, so they
+        # go first; a shared document's last window is such a page for the next question about it
+        return ([("stale_pages_first=false", {"stale_pages_first": False})]
+                if kinds & {"sliding", "chunked"} else [])
     if rule != "vllm_hma":
         return []
     out: list[tuple[str, dict]] = []

@@ -141,6 +141,9 @@ def make_stream_manager(rng: random.Random, system: str, mix: str):
     # vLLM v1's every-copy-under-its-hash rule (D4, jenga/prefix.py) on the systems that take it.
     if "keep_block_copies" in names:
         opts["keep_block_copies"] = rng.random() < 0.5
+    # Out-of-window pages at their release time instead of first (a what-if knob, Policy.stale_ts).
+    if "stale_pages_first" in names:
+        opts["stale_pages_first"] = rng.random() < 0.7
     for _ in range(8):
         try:
             return jenga.make_manager(system, specs, capacity, tokens_per_page=tpp, enable_prefix_cache=cache,

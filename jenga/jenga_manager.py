@@ -21,8 +21,10 @@ class JengaManager(PagedManager):
     # keep_block_copies (D4, jenga/prefix.py): the v1 fork's Jenga registers and evicts cached blocks
     # in vLLM v1's BlockPool (hybrid_kv_cache_manager.py HybridKVCacheManager: one BlockPool for
     # every group, cache_full_blocks / get_new_blocks -> _maybe_evict_cached_block); v0: one per hash.
+    # stale_pages_first (default True, the paper's update_last_access): False is a what-if knob
+    # (jenga/policies.py Policy.stale_ts).
     option_names = ("request_aware", "sliding_retention_tokens", "sliding_hit_extra_tokens",
-                    "keep_block_copies")
+                    "keep_block_copies", "stale_pages_first")
 
     def make_pool(self, request_aware: bool = True, **_) -> LcmPagePool:
         pool = LcmPagePool([st.page_bytes for st in self.types], self.capacity_bytes,

@@ -94,6 +94,11 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.sliding_hit_extra = options.get("sliding_hit_extra_tokens", 0)
         self.keep_block_copies = bool(options.get("keep_block_copies", self.keep_block_copies))
         self.types: list[StorageType] = self.storage_types(**options)
+        # Systems that accept it (option_names): out-of-window pages keep their release time as
+        # their eviction timestamp instead of going first (Policy.stale_ts).
+        if not options.get("stale_pages_first", True):
+            for st in self.types:
+                st.policy.stale_ts = None
         self.acct = [policy_for(s) for s in self.accounted_specs()]
         self._full_bpt = sum(p.bytes_per_token for p in self.acct if type(p) is FullPolicy)
         self._acct_other = [p for p in self.acct if type(p) is not FullPolicy]

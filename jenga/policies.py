@@ -93,10 +93,16 @@ class Policy:
         return [(self.needed_lo(L) // tpp, L // tpp)] if L > 0 else []
 
     # -- the three hooks ----------------------------------------------------------------------------
+    # Timestamp of the pages this type releases early (out of window): STALE_TS, evicted before any
+    # other cached page (the paper's hook; the AE uses -200), or None for ``now`` like the rest --
+    # the manager option ``stale_pages_first=False`` (a what-if knob: long-document QA needs the
+    # window at the end of a shared document, which sits mid-prompt and is released early).
+    stale_ts: int | None = STALE_TS
+
     def update_last_access(self, now: int, in_use: bool) -> int:
         """Timestamp for a page the request releases: ``now`` for pages the type read up to the end
         (balanced across types), ``STALE_TS`` for pages released early (out of window)."""
-        return now if in_use else STALE_TS
+        return now if in_use or self.stale_ts is None else self.stale_ts
 
     def set_prefix_length(self, rs, page: int, tpp: int) -> int:
         """Eviction tie-breaker: the prefix length the page ends at (highest evicted first)."""

@@ -76,3 +76,21 @@ def test_hit_request_holds_nothing_below_its_hit_window():
                      sliding_retention_tokens=3)
     # held sliding pages: the window of 10 ([7, 10)) plus the new token -> 4 pages, not 4 + 3
     assert rehit_sliding_bytes(m) == 4 * 8
+
+
+@pytest.mark.parametrize("first, ts", [(True, -1), (False, 2)])
+def test_stale_pages_first_sets_the_early_release_timestamp(first, ts):
+    """Jenga's update_last_access (the paper's hook) gives pages released out of the window the
+    stale timestamp, below every other, so they go first; ``stale_pages_first=False`` (a what-if
+    knob) gives them their release time like any other page. Window 4, one token per page: growing
+    a 10-token request to 11 (the manager's second step: time 2) releases its out-of-window pages;
+    the full type's pages stay held."""
+    mm = make_manager("jenga", [FullAttentionSpec("full", 1, 8), SPEC], 8 * 64, tokens_per_page=1,
+                      enable_prefix_cache=True, stale_pages_first=first)
+    r = req("a", list(range(1, 11)))
+    assert mm.allocate(r, 10)
+    assert mm.allocate(r, 1)
+    sw = 1
+    cached = [s for s in range(64) if mm.pool.is_cached(sw, s)]
+    assert cached and {mm.pool.evictor.timestamp(sw, s) for s in cached} == {ts}
+    check_invariants(mm)

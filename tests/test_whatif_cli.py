@@ -223,3 +223,13 @@ def test_vllm_refuses_to_start_when_one_request_does_not_fit():
     assert "error" not in off[1] and off[1]["max_concurrency"] > 1
     ok = w.run(["model=gemma4_31b", "engine.max_model_len=8192", "rules=vllm_hma_off", "--no-sweep"])
     assert "error" not in ok[0] and ok[0]["max_concurrency"] >= 1
+
+
+def test_rule_options_go_over_the_systems_defaults():
+    """A knob (``jenga.<option>=`` or a sweep value) is set over the system's own defaults
+    (harness/conf/system/jenga.yaml: sliding retention 192) -- it used to replace them, so Jenga's
+    sweep values also lost the retention; a rule with no defaults gets just the knob (control)."""
+    a = w.parse_args(["model=gemma3_12b", "--no-sweep"])
+    opts = w.compose(a, "jenga", {"stale_pages_first": False}).system.options
+    assert opts["stale_pages_first"] is False and opts["sliding_retention_tokens"] == 192
+    assert dict(w.compose(a, "vllm_hma", {"max_model_len": 4096}).system.options) == {"max_model_len": 4096}
