@@ -127,7 +127,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.extra_counts = {"hit_lost_tokens": 0, "retry_tight": 0}
         self.checkpoints_saved = 0  # Mamba state pages checkpointed (prefix.PrefixCacheMixin._save_checkpoint)
         self._j: Journal | None = None  # undo log of an allocation that may fail
-        self._transient_owners: set = set()  # requests holding one-step pages (see begin_step)
+        # Requests holding one-step pages (see begin_step), in the order they took them: a dict, not a
+        # set -- begin_step stamps each one's pages in this order, and a set of request ids (strings)
+        # iterates in an order that changes with each process's hash seed (PYTHONHASHSEED).
+        self._transient_owners: dict = {}
         token_tpps = [s.tokens_per_page for s in self.types if not (s.policy.image_based or s.policy.state_based)]
         self.hash_block = math.gcd(*token_tpps) if token_tpps else tokens_per_page
         # Per type, for the hot accounting loop: (policy, tokens/page, data bytes/token, kind, state).

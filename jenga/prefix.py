@@ -399,7 +399,7 @@ class PrefixCacheMixin:
                 if sid is not None:
                     self._pin(t, sid, st.state_bytes, [])
                     rs.transients.append((t, sid, rs.hasher.hash_at(L), L, st.state_bytes))
-                    self._transient_owners.add(rs.rid)
+                    self._transient_owners[rs.rid] = None
 
     def _snapshot_mamba(self, rs: ReqState, prev: int, T: int) -> None:
         """Best effort: one state page per checkpoint boundary of the prompt crossed this step;
@@ -422,7 +422,7 @@ class PrefixCacheMixin:
             return False
         self.ref[t][sid] = 1
         rs.transients.append((t, sid, None, b, st.state_bytes))
-        self._transient_owners.add(rs.rid)
+        self._transient_owners[rs.rid] = None
         self.checkpoints_saved += 1
         return True
 
