@@ -53,26 +53,33 @@ def test_state_bytes_match_vllms_shape_calculator(name):
     assert spec.conv_bytes_per_layer == conv * torch.tensor([], dtype=torch.bfloat16).element_size()
 
 
+def _vllm_config(prof, directory, hybrid: bool, max_model_len: int):
+    """vLLM 0.32's config for ``prof`` (16-token blocks, 8,192 tokens per step, prefix caching on;
+    the hybrid KV cache manager on or off)."""
+    from harness.backends.vllm.plan import EngineKnobs, make_vllm_config, write_proxy_model_dir
+    knobs = EngineKnobs(hybrid=hybrid, block_size=16, max_model_len=max_model_len, max_num_batched_tokens=8192,
+                        enable_prefix_caching=True)
+    return make_vllm_config(prof, knobs, write_proxy_model_dir(prof, max_model_len, directory))
+
+
+def _vllm_plan(vc, prof, budget: int):
+    """vLLM's planner on ``budget`` KV bytes (Mamba hybrids in align mode); raises vLLM's ValueError
+    where the engine would not start."""
+    from harness.backends.vllm.plan import plan_kv_cache, vllm_layer_specs
+    mode = "align" if any(s.kind == "mamba" for s in prof.specs) else "none"
+    return plan_kv_cache(vc, vllm_layer_specs(prof, 16, mode), budget)
+
+
 @pytest.mark.parametrize("name", HYBRIDS)
 def test_vllm_hma_geometry_and_reported_capacity_match_vllm(name, tmp_path):
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
     import jenga
-    from harness.backends.vllm.plan import (
-        EngineKnobs,
-        make_vllm_config,
-        plan_kv_cache,
-        vllm_layer_specs,
-        write_proxy_model_dir,
-    )
     from jenga.baselines.vllm_hma import reported_capacity
     prof = _profile(name)
     mml, budget = 32768, 40 * GiB
-    knobs = EngineKnobs(hybrid=True, block_size=16, max_model_len=mml, max_num_batched_tokens=8192,
-                        enable_prefix_caching=True)
-    vc = make_vllm_config(prof, knobs, write_proxy_model_dir(prof, mml, tmp_path / "m"))
-    has_mamba = any(s.kind == "mamba" for s in prof.specs)
-    planned = plan_kv_cache(vc, vllm_layer_specs(prof, 16, "align" if has_mamba else "none"), budget)
+    vc = _vllm_config(prof, tmp_path / "m", True, mml)
+    planned = _vllm_plan(vc, prof, budget)
     kvc = planned.kv_cache_config
     vllm_tokens, vllm_conc = get_kv_cache_capacity(vc, kvc)
 
@@ -206,25 +213,15 @@ def test_start_check_matches_vllms(name, hybrid, tmp_path):
     import re
 
     import jenga
-    from harness.backends.vllm.plan import (
-        EngineKnobs,
-        make_vllm_config,
-        plan_kv_cache,
-        vllm_layer_specs,
-        write_proxy_model_dir,
-    )
     from harness.whatif import check_vllm_start
     from jenga.baselines.vllm_hma import reported_capacity
     prof = _profile(name)
     mml = 32768
-    mode = "align" if any(s.kind == "mamba" for s in prof.specs) else "none"
     outcomes = []
     for budget in (int(1.5 * GiB), 6 * GiB, 40 * GiB):
-        knobs = EngineKnobs(hybrid=hybrid, block_size=16, max_model_len=mml, max_num_batched_tokens=8192,
-                            enable_prefix_caching=True)
-        vc = make_vllm_config(prof, knobs, write_proxy_model_dir(prof, mml, tmp_path / f"m{budget}"))
+        vc = _vllm_config(prof, tmp_path / f"m{budget}", hybrid, mml)
         try:
-            plan_kv_cache(vc, vllm_layer_specs(prof, 16, mode), budget)
+            _vllm_plan(vc, prof, budget)
             theirs = None
         except ValueError as e:
             theirs = str(e)
