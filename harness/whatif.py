@@ -241,7 +241,17 @@ def resolve_tp(a: Args, prof) -> int:
             return n
         except WhatIfError as e:
             last = e
-    raise WhatIfError(f"{last} (tp=auto tried {', '.join(map(str, AUTO_TP))} GPUs)")
+    fits = []
+    for gpu in group_options("gpu"):
+        if gpu == a.gpu:
+            continue
+        try:
+            kv_bytes(compose(dataclasses.replace(a, gpu=gpu, tp=AUTO_TP[-1])), prof)
+            fits.append(gpu)
+        except WhatIfError:
+            pass
+    hint = f"; on {AUTO_TP[-1]} GPUs it fits {', '.join('gpu=' + g for g in fits)}" if fits else ""
+    raise WhatIfError(f"{last} (tp=auto tried {', '.join(map(str, AUTO_TP))} GPUs{hint})")
 
 
 # -- per rule ---------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def test_config_json_path_gives_the_zoo_answer(tmp_path):
     (["model=gpt_oss_20b", "workload=sessions", "workload.sessionz=3"], "workload.sessionz"),
     (["model=gpt_oss_20b", "foo=1"], "foo"),
     (["model=qwen3_next_80b_a3b", "gpu=h100", "tp=1"], "raise tp="),
-    (["model=minimax_m1", "gpu=h100"], "tp=auto tried 1, 2, 4, 8"),
+    (["model=minimax_m1", "gpu=h100"], "tp=auto tried 1, 2, 4, 8 GPUs; on 8 GPUs it fits gpu=h200"),
     (["model=gpt_oss_20b", "tp=two"], "or auto"),
 ])
 def test_bad_input_is_one_error_line(argv, needle, capsys):
