@@ -3,11 +3,11 @@ prefix hits and simulated throughput, and by how much over the next best."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from harness import whatif as w
 from harness.study.whatif.common import SIM_NOTE, args, simulate
-from harness.workloads import build_workload
 from harness.workloads import sessions as ww
 
 
@@ -42,16 +42,11 @@ def run(study: dict, out: Path) -> list[dict]:
 
 def workload_requests(wl: dict, a, prof, num_requests: int):
     """A generated workload (``spec``: its fields) or, with ``dataset:``, one of the harness's
-    dataset twins capped at the study's max_model_len (``harness.whatif``'s ``workload=<dataset>``;
-    ``overrides``: its ``dataset.<key>`` settings, e.g. arXiv-QA's ``subset``)."""
+    dataset twins capped at the study's max_model_len, as ``harness.whatif workload=<dataset>``
+    builds it."""
     if "dataset" not in wl:
         return ww.generate(wl["name"], num_requests, **(wl.get("spec") or {}))
-    cfg = w.compose(a, dataset=wl["dataset"])
-    cfg.dataset.num_requests = num_requests
-    cfg.dataset.max_len = int(cfg.engine.max_model_len)
-    for k, v in (wl.get("overrides") or {}).items():
-        cfg.dataset[k] = v
-    return build_workload(cfg)
+    return w.build_requests(dataclasses.replace(a, workload=wl["dataset"], num_requests=num_requests), prof)
 
 
 def winners(rows, key):
