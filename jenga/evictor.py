@@ -26,7 +26,9 @@ from __future__ import annotations
 from collections import deque
 from heapq import heappop, heappush, heapreplace
 from itertools import chain, count, repeat
-from operator import neg
+from operator import itemgetter, neg
+
+_first, _second = itemgetter(0), itemgetter(1)
 
 # LargePageLRU's integer keys: the timestamp's place, and the offset of -prefix_length in it.
 _TS, _PLEN = 1 << 63, 1 << 62
@@ -149,6 +151,20 @@ class PrefixSubsetEvictor:
 
     def contains(self, t: int, sid: int) -> bool:
         return sid in self._key[t]
+
+    def count_cached(self, pages) -> int:
+        """How many of the distinct ``(t, sid)`` pairs ``pages`` are cached: one C-level set
+        intersection per type (an admission's hit pins thousands; issue 20)."""
+        if not pages:
+            return 0
+        types = set(map(_first, pages))
+        n = 0
+        for t in types:
+            keys = self._key[t]
+            if keys:
+                sids = list(map(_second, pages)) if len(types) == 1 else [s for u, s in pages if u == t]
+                n += len(keys.keys() & sids)
+        return n
 
     def timestamp(self, t: int, sid: int) -> int:
         return self._key[t][sid][0]

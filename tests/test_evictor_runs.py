@@ -151,3 +151,17 @@ def test_window_longest_valid_skips_and_falls_back():
     flags = [False] + [True] * 10
     prefix = list(accumulate(flags, initial=0))
     assert odd.longest_valid(count, 11 * 16, 16, 16) == Policy.longest_valid(odd, count, 11 * 16, 16, 16) == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(cached=st.sets(st.tuples(st.integers(0, 2), st.integers(0, 40)), max_size=60),
+       pinned=st.sets(st.tuples(st.integers(0, 2), st.integers(0, 40)), max_size=60), per_type=st.booleans())
+def test_count_cached_counts_the_pinned_pages_in_the_cache(cached, pinned, per_type):
+    """``count_cached`` (the flat pools' exact admission test) equals a count page by page; pins
+    of pages that are not cached count nothing (the negative control: disjoint sets give 0)."""
+    ev = PrefixSubsetEvictor(3, per_type=per_type)
+    for i, (t, sid) in enumerate(sorted(cached)):
+        ev.add(t, sid, i, 16)
+    pins = sorted(pinned)
+    assert ev.count_cached(pins) == sum(ev.contains(t, s) for t, s in pins) == len(cached & pinned)
+    assert ev.count_cached([p for p in pins if p not in cached]) == 0

@@ -83,7 +83,7 @@ class FlatPagePool(CachedPages):
         ev = self.evictor
         room = len(self.free_pages)
         if ev is not None:
-            room += len(ev) - sum(1 for t, sid in pinned if ev.contains(t, sid))
+            room += len(ev) - ev.count_cached(pinned)
         return sum(demand.values()) <= room
 
     large_page_bytes = property(lambda self: self.page_bytes_flat)
@@ -231,9 +231,9 @@ class PartitionedPool:
         return all(self.pools[t].sure_fit({t: n}) for t, n in demand.items())
 
     def fits_exactly(self, demand: dict[int, int], pinned=()) -> bool:
-        """:meth:`FlatPagePool.fits_exactly` per partition."""
-        return all(self.pools[t].fits_exactly({t: n}, [(u, s) for u, s in pinned if u == t])
-                   for t, n in demand.items())
+        """:meth:`FlatPagePool.fits_exactly` per partition (a partition's cache holds only its own
+        type's pages, so the others' pins count nothing there)."""
+        return all(self.pools[t].fits_exactly({t: n}, pinned) for t, n in demand.items())
 
     def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
         return self.pools[t].alloc(t, owner)
