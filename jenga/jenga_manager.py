@@ -25,6 +25,8 @@ class JengaManager(PagedManager):
     # (jenga/policies.py Policy.stale_ts).
     option_names = ("request_aware", "sliding_retention_tokens", "sliding_hit_extra_tokens",
                     "keep_block_copies", "stale_pages_first")
+    # The paper's Mamba update_last_access: a running request keeps its latest checkpoint (prefix.py).
+    hold_last_checkpoint = True
 
     def make_pool(self, request_aware: bool = True, **_) -> LcmPagePool:
         pool = LcmPagePool([st.page_bytes for st in self.types], self.capacity_bytes,

@@ -426,8 +426,45 @@ class PrefixCacheMixin:
         self.checkpoints_saved += 1
         return True
 
+    # Whether a running request keeps its latest checkpoint of each Mamba type (set by the systems
+    # whose rule it is: JengaManager). The paper's Mamba update_last_access updates "only the last
+    # cached token" (§5.3), and the AE's LinearAttentionManager keeps the last blocks of its state
+    # table while the request runs, giving only the skipped ones back (vllm-v0-jenga
+    # vllm/core/block_v3/custom_block.py free_skipped_blocks: all but the last 3 blocks). A request's
+    # latest checkpoint ends the prefix its own attention pages -- held, so never evicted -- cover:
+    # released after one step with that step's timestamp, it was evicted while those pages stayed,
+    # and a sibling found the attention prefix but no state at its end (Qwen3.5-35B-A3B long
+    # documents: 737 of 739 checkpoints evicted, most in the step they joined the cache; hit rate
+    # 0.045 where holding it gives 0.733). It stays in the index, so siblings hit it while it is held.
+    hold_last_checkpoint: bool = False
+
     def _release_transients(self, rs: ReqState) -> None:
-        for t, sid, key, plen, data in rs.transients:
+        keep = {}
+        if self.hold_last_checkpoint:
+            for x in rs.transients:  # the latest checkpoint per type, written or hit
+                k = keep.get(x[0])
+                if k is None or x[3] > k[3]:
+                    keep[x[0]] = x
+        for x in rs.transients:
+            if keep.get(x[0]) is x:
+                continue
+            t, sid, key, plen, data = x
             key = key if key is not None else rs.hasher.hash_at(plen)
             self._unref(t, sid, self.checkpoint_eviction_key(plen), plen, key, data)
         rs.transients = []
+        if keep:
+            last = dict(rs.last_ckpt)
+            for t, (_, sid, key, plen, data) in keep.items():
+                old = last.get(t)
+                if old is not None:  # no longer the last cached token: its access time stops here
+                    self._unref(t, old[1], self.checkpoint_eviction_key(old[3]), old[3], old[2], old[4])
+                key = key if key is not None else rs.hasher.hash_at(plen)
+                self._register(t, sid, key)
+                last[t] = (t, sid, key, plen, data)
+            rs.last_ckpt = last
+
+    def _release_last_checkpoints(self, rs: ReqState) -> None:
+        """The request is freed: its held latest checkpoints join the cache with its other pages."""
+        for t, sid, key, plen, data in rs.last_ckpt.values():
+            self._unref(t, sid, self.checkpoint_eviction_key(plen), plen, key, data)
+        rs.last_ckpt = {}

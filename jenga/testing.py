@@ -104,13 +104,15 @@ def check_invariants(mgr: PagedManager) -> None:
 
 
 def _check_refcounts(mgr: PagedManager) -> Counter:
-    """Reference counts = holders in the page tables (and one-step transients); returns the counts."""
+    """Reference counts = holders in the page tables (and one-step transients, held last checkpoints); returns the counts."""
     holders: Counter = Counter()
     for rs in mgr.reqs.values():
         for t, pages in enumerate(rs.pages):
             for sid in pages.values():
                 holders[(t, sid)] += 1
         for t, sid, *_ in rs.transients:
+            holders[(t, sid)] += 1
+        for t, sid, *_ in rs.last_ckpt.values():
             holders[(t, sid)] += 1
     refs = Counter({(t, sid): r for t, d in enumerate(mgr.ref) for sid, r in d.items()})
     assert holders == refs, f"refcounts {dict(refs)} != holders {dict(holders)}"
