@@ -25,8 +25,8 @@ class JengaManager(PagedManager):
     # (jenga/policies.py Policy.stale_ts).
     option_names = ("request_aware", "sliding_retention_tokens", "sliding_hit_extra_tokens",
                     "keep_block_copies", "stale_pages_first")
-    # The paper's Mamba update_last_access: a running request keeps its latest checkpoint (prefix.py).
-    hold_last_checkpoint = True
+    # The AE's LinearAttentionManager: a running request keeps its two latest checkpoints (prefix.py).
+    hold_last_checkpoints = 2
 
     def make_pool(self, request_aware: bool = True, **_) -> LcmPagePool:
         pool = LcmPagePool([st.page_bytes for st in self.types], self.capacity_bytes,

@@ -58,7 +58,7 @@ PROTECTED_HOOKS: dict[str, str] = {
                        "computed tokens",
     "_pin_mamba_checkpoints": "(rs, L) -> None: keep the checkpoints a hit of ``L`` tokens needs",
     "_release_transients": "(rs) -> None: free a request's transient (in-flight Mamba checkpoint) pages "
-                           "(with ``hold_last_checkpoint``, the latest per type stays held in ``rs.last_ckpt``)",
+                           "(with ``hold_last_checkpoints`` n, the n latest per type stay held in ``rs.held_ckpts``)",
     "_on_evict": "(t, sid) -> None: the pool evicted cached page ``sid`` of type ``t`` (it is out of the "
                  "pool's cache already): drop its index entry; an override may also take other cached pages "
                  "out of the cache (``pool.from_cached`` + ``pool.free``) and must drop their entries too",
@@ -269,7 +269,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             j.attr(self, name)
         j.contents(self.extra_counts)
         if rs is not None:
-            for name in ("prev", "T", "contrib", "transients", "last_ckpt"):
+            for name in ("prev", "T", "contrib", "transients", "held_ckpts"):
                 j.attr(rs, name)
             j.contents(rs.held)
         self.pool.begin(j)
@@ -744,8 +744,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             return
         self.now += 1
         self._release_transients(rs)
-        if rs.last_ckpt:
-            self._release_last_checkpoints(rs)
+        if rs.held_ckpts:
+            self._release_held_checkpoints(rs)
         for t in range(len(self.types)):
             self._release_pages(rs, t, list(rs.pages[t]), stale=False)
         self.pool.release_owner(rid)
@@ -776,9 +776,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 held += state
         for x in rs.transients:
             held += x[4]
-        if rs.last_ckpt:
-            for x in rs.last_ckpt.values():
-                held += x[4]
+        for x in rs.held_ckpts:
+            held += x[4]
         # Full attention reads every token: T * bytes/token, summed once for all such types.
         needed = T * self._full_bpt if T > 0 else 0
         for p in self._acct_other:

@@ -31,7 +31,7 @@ from jenga.interface import RequestView
 from jenga.policies import FullPolicy, ImageInfo, cdiv
 from jenga.reqstate import ReqState, image_infos
 
-_first, _second = itemgetter(0), itemgetter(1)
+_first, _second, _plen = itemgetter(0), itemgetter(1), itemgetter(3)
 
 
 class PrefixCacheMixin:
@@ -426,45 +426,53 @@ class PrefixCacheMixin:
         self.checkpoints_saved += 1
         return True
 
-    # Whether a running request keeps its latest checkpoint of each Mamba type (set by the systems
-    # whose rule it is: JengaManager). The paper's Mamba update_last_access updates "only the last
-    # cached token" (§5.3), and the AE's LinearAttentionManager keeps the last blocks of its state
-    # table while the request runs, giving only the skipped ones back (vllm-v0-jenga
-    # vllm/core/block_v3/custom_block.py free_skipped_blocks: all but the last 3 blocks). A request's
-    # latest checkpoint ends the prefix its own attention pages -- held, so never evicted -- cover:
-    # released after one step with that step's timestamp, it was evicted while those pages stayed,
-    # and a sibling found the attention prefix but no state at its end (Qwen3.5-35B-A3B long
-    # documents: 737 of 739 checkpoints evicted, most in the step they joined the cache; hit rate
-    # 0.045 where holding it gives 0.733). It stays in the index, so siblings hit it while it is held.
-    hold_last_checkpoint: bool = False
+    # How many of its latest checkpoints per Mamba type a running request keeps (the systems whose
+    # rule it is set it: JengaManager 2). The AE's LinearAttentionManager (vllm-v0-jenga
+    # vllm/core/block_v3/custom_block.py) gives a request one state block per full chunk of its
+    # prompt plus the decode state, and ``free_skipped_blocks`` frees all but the last 3 blocks of
+    # that table while it runs -- the decode state and the two latest checkpoints (the latest may
+    # end past a sibling's shared prefix: a hit stops a token short of the prompt) -- stamping the
+    # freed ones' last access -200 so they are evicted first; the rest join the cache when the
+    # request is freed. The paper's Mamba ``update_last_access`` likewise refreshes "only the last
+    # cached token" (§5.3). Without the hold every checkpoint joined the cache one step after it was
+    # written and was evicted while the attention pages of the same prefix stayed held by their
+    # running owner: a sibling found the whole attention prefix but no state at its end
+    # (Qwen3.5-35B-A3B long documents: 737 of 739 checkpoints evicted, most in the step they joined
+    # the cache; hit rate 0.045 with 43 preemptions). Held checkpoints stay in the index, so
+    # siblings hit them while their owner runs.
+    hold_last_checkpoints: int = 0
 
     def _release_transients(self, rs: ReqState) -> None:
-        keep = {}
-        if self.hold_last_checkpoint:
-            for x in rs.transients:  # the latest checkpoint per type, written or hit
-                k = keep.get(x[0])
-                if k is None or x[3] > k[3]:
-                    keep[x[0]] = x
-        for x in rs.transients:
-            if keep.get(x[0]) is x:
-                continue
-            t, sid, key, plen, data = x
-            key = key if key is not None else rs.hasher.hash_at(plen)
-            self._unref(t, sid, self.checkpoint_eviction_key(plen), plen, key, data)
-        rs.transients = []
-        if keep:
-            last = dict(rs.last_ckpt)
-            for t, (_, sid, key, plen, data) in keep.items():
-                old = last.get(t)
-                if old is not None:  # no longer the last cached token: its access time stops here
-                    self._unref(t, old[1], self.checkpoint_eviction_key(old[3]), old[3], old[2], old[4])
+        n = self.hold_last_checkpoints
+        if not n:
+            for t, sid, key, plen, data in rs.transients:
                 key = key if key is not None else rs.hasher.hash_at(plen)
-                self._register(t, sid, key)
-                last[t] = (t, sid, key, plen, data)
-            rs.last_ckpt = last
+                self._unref(t, sid, self.checkpoint_eviction_key(plen), plen, key, data)
+            rs.transients = []
+            return
+        # Per type, the n latest of the held and the new checkpoints (written or hit) stay held; the
+        # others are released as skipped blocks: stale, evicted first (the type's stale_ts; with
+        # stale_pages_first off, the usual checkpoint key).
+        by_type: dict[int, list] = {}
+        for x in rs.held_ckpts + tuple(rs.transients):
+            by_type.setdefault(x[0], []).append(x)
+        held = []
+        for t, xs in by_type.items():
+            xs.sort(key=_plen)
+            stale = self.types[t].policy.stale_ts
+            for _, sid, key, plen, data in xs[:-n]:
+                key = key if key is not None else rs.hasher.hash_at(plen)
+                self._unref(t, sid, self.checkpoint_eviction_key(plen) if stale is None else stale, plen, key, data)
+            for x in xs[-n:]:
+                if x[2] is None:  # written by this request: indexed now, so siblings hit it
+                    x = (*x[:2], rs.hasher.hash_at(x[3]), *x[3:])
+                    self._register(t, x[1], x[2])
+                held.append(x)
+        rs.transients = []
+        rs.held_ckpts = tuple(held)
 
-    def _release_last_checkpoints(self, rs: ReqState) -> None:
-        """The request is freed: its held latest checkpoints join the cache with its other pages."""
-        for t, sid, key, plen, data in rs.last_ckpt.values():
+    def _release_held_checkpoints(self, rs: ReqState) -> None:
+        """The request is freed: its held checkpoints join the cache with its other pages."""
+        for t, sid, key, plen, data in rs.held_ckpts:
             self._unref(t, sid, self.checkpoint_eviction_key(plen), plen, key, data)
-        rs.last_ckpt = {}
+        rs.held_ckpts = ()

@@ -41,9 +41,9 @@ class ReqState:
     allocated (``prev`` plus this step's). Per storage type ``t``: ``pages[t]`` maps logical page
     -> page id, ``held[t]`` the held logical-page intervals, ``reg[t]`` the next page to register
     in the prefix cache. ``transients``: Mamba checkpoint pages held for one step
-    ``(t, sid, key, prefix length, data bytes)``. ``last_ckpt``: per Mamba type, the request's latest
-    checkpoint, which it keeps while it runs on a manager that holds one
-    (``PrefixCacheMixin.hold_last_checkpoint``), the same tuple. ``contrib``: (needed, held data)
+    ``(t, sid, key, prefix length, data bytes)``. ``held_ckpts``: the latest checkpoints the request
+    keeps while it runs on a manager that holds some (``PrefixCacheMixin.hold_last_checkpoints``),
+    the same tuples, every Mamba type's. ``contrib``: (needed, held data)
     bytes counted in the manager's totals."""
 
     __slots__ = (
@@ -52,9 +52,9 @@ class ReqState:
         "contrib",
         "hasher",
         "held",
+        "held_ckpts",
         "image_held",
         "images",
-        "last_ckpt",
         "num_image_tokens",
         "pages",
         "prev",
@@ -77,7 +77,7 @@ class ReqState:
         self.held: list[list[tuple[int, int]]] = [[] for _ in range(ntypes)]
         self.reg = [0] * ntypes
         self.transients: list[tuple] = []  # (t, sid, key, plen, data_bytes)
-        self.last_ckpt: dict[int, tuple] = {}  # t -> (t, sid, key, plen, data_bytes); replaced, never mutated
+        self.held_ckpts: tuple[tuple, ...] = ()  # (t, sid, key, plen, data_bytes); replaced, never mutated
         self.hasher = hasher
         self.contrib = (0, 0)  # (needed bytes, held data bytes)
         self._bases: dict[int, list] = {}

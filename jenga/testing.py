@@ -112,7 +112,7 @@ def _check_refcounts(mgr: PagedManager) -> Counter:
                 holders[(t, sid)] += 1
         for t, sid, *_ in rs.transients:
             holders[(t, sid)] += 1
-        for t, sid, *_ in rs.last_ckpt.values():
+        for t, sid, *_ in rs.held_ckpts:
             holders[(t, sid)] += 1
     refs = Counter({(t, sid): r for t, d in enumerate(mgr.ref) for sid, r in d.items()})
     assert holders == refs, f"refcounts {dict(refs)} != holders {dict(holders)}"

@@ -1,10 +1,10 @@
-"""Jenga keeps a running request's latest Mamba checkpoint (the paper's Mamba update_last_access:
-"only the last cached token"; the AE's LinearAttentionManager keeps the last blocks of the state
-table while the request runs). Without it every checkpoint joined the cache one step after it
-was written, with that step's timestamp, and was evicted while the attention pages of the same
-prefix stayed held by their running owner: a sibling then found the whole attention prefix but
-no state at its end (Qwen3.5-35B-A3B, long documents: hit rate 0.045, 43 preemptions; 0.733 and
-none with the hold).
+"""Jenga keeps a running request's two latest Mamba checkpoints per type, as the AE's
+LinearAttentionManager does (``free_skipped_blocks`` frees all but the last 3 blocks of a request's
+state table -- the decode state and the two latest checkpoints -- stamping the freed ones to be
+evicted first). Without it every checkpoint joined the cache one step after it was written, with
+that step's timestamp, and was evicted while the attention pages of the same prefix stayed held by
+their running owner: a sibling then found the whole attention prefix but no state at its end
+(Qwen3.5-35B-A3B, long documents: hit rate 0.045, 43 preemptions).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from conftest import req
 
 import jenga
+from jenga.policies import STALE_TS
 from jenga.spec import FullAttentionSpec, MambaSpec
 from jenga.testing import check_invariants
 
@@ -39,22 +40,35 @@ def _running_owner(system: str):
     return mm, a, b
 
 
-def test_running_owner_keeps_its_latest_checkpoint():
+def _held(mm, rid):
+    return [x[3] for x in mm.reqs[rid].held_ckpts]
+
+
+def test_running_owner_keeps_its_latest_checkpoints():
     mm, a, b = _running_owner("jenga")
+    assert _held(mm, "a") == [64, 128]
     # a's attention pages up to 150 are held (a runs); its checkpoint at 128 must still be there
     assert mm.lookup_prefix(b) == 128
     mm.free(req("c", list(range(5000, 5432))))        # room for b's own state
     assert mm.allocate(b, 190 - 128)
     check_invariants(mm)
     mm.begin_step()                                   # b's pinned hit is now b's latest checkpoint
-    assert [x[3] for x in mm.reqs["b"].last_ckpt.values()] == [128]
+    assert _held(mm, "b") == [128]
     mm.free(a)                                        # shared with b: a lets go, b still holds it
     check_invariants(mm)
     mm.free(b)
     check_invariants(mm)
 
 
-def test_held_checkpoint_joins_the_cache_when_its_owner_finishes():
+def test_without_the_hold_the_sibling_loses_the_state():
+    """The negative control: jenga_current releases every checkpoint after one step, and the
+    unrelated prompt's pages evict them while ``a``'s attention pages stay held."""
+    mm, _a, b = _running_owner("jenga_current")
+    assert mm.reqs["a"].held_ckpts == ()
+    assert mm.lookup_prefix(b) < 128
+
+
+def test_held_checkpoints_join_the_cache_when_their_owner_finishes():
     mm, a, b = _running_owner("jenga")
     mm.free(a)
     assert mm.reqs.get("a") is None
@@ -62,17 +76,30 @@ def test_held_checkpoint_joins_the_cache_when_its_owner_finishes():
     check_invariants(mm)
 
 
-def test_a_newer_checkpoint_releases_the_older_one():
+def test_a_newer_checkpoint_releases_the_oldest_held_one_stale():
     mm = jenga.make_manager("jenga", SPECS, 16 * LARGE, tokens_per_page=16, enable_prefix_cache=True)
     a = req("a", list(range(300)))
     assert mm.allocate(a, 100)                        # checkpoint at 64
     mm.begin_step()
-    assert [x[3] for x in mm.reqs["a"].last_ckpt.values()] == [64]
+    assert _held(mm, "a") == [64]
     assert mm.allocate(a, 100)                        # checkpoints at 128, 192
     mm.begin_step()
-    assert [x[3] for x in mm.reqs["a"].last_ckpt.values()] == [192]
+    assert _held(mm, "a") == [128, 192]
     check_invariants(mm)
-    assert mm.pool.used[1] == 2 and mm.pool.cached[1] == 2  # live state + 192 held; 64, 128 cached
+    assert mm.pool.used[1] == 3 and mm.pool.cached[1] == 1  # live state + 128, 192 held; 64 cached
+    t = 1
+    sid = mm.index[t][mm.reqs["a"].hasher.hash_at(64)]
+    assert mm.pool.evictor.timestamp(t, sid) == STALE_TS    # a skipped block: evicted first
+
+
+def test_stale_pages_first_off_gives_skipped_checkpoints_their_release_time():
+    mm = jenga.make_manager("jenga", SPECS, 16 * LARGE, tokens_per_page=16, enable_prefix_cache=True,
+                            stale_pages_first=False)
+    a = req("a", list(range(300)))
+    assert mm.allocate(a, 200)                        # checkpoints at 64, 128, 192
+    mm.begin_step()
+    sid = mm.index[1][mm.reqs["a"].hasher.hash_at(64)]
+    assert mm.pool.evictor.timestamp(1, sid) > STALE_TS
 
 
 @pytest.mark.parametrize("system", ["jenga_current", "marconi"])
@@ -81,4 +108,4 @@ def test_systems_with_their_own_state_rules_hold_nothing(system):
     a = req("a", list(range(300)))
     assert mm.allocate(a, 200)
     mm.begin_step()
-    assert mm.reqs["a"].last_ckpt == {}
+    assert mm.reqs["a"].held_ckpts == ()

@@ -34,5 +34,5 @@ class JengaCurrent(TodaysVllmRules, JengaManager):
     # No sliding_retention_tokens / sliding_hit_extra_tokens: vLLM 0.32 frees and checks hits at
     # the real window; request_aware stays Jenga's (the plugin's LcmPagePool(request_aware=True)).
     option_names = ("request_aware",)
-    # Mamba states follow vLLM 0.32's MambaManager (as in vllm_current), not Jenga's last-checkpoint hold.
-    hold_last_checkpoint = False
+    # Mamba states follow vLLM 0.32's MambaManager (as in vllm_current), not Jenga's checkpoint hold.
+    hold_last_checkpoints = 0

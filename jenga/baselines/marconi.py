@@ -53,8 +53,8 @@ class MarconiManager(JengaManager):
 
     system_name = "marconi"
     option_names = ("request_aware", "flop_alpha", "prefix_flops")
-    # Marconi's own admission and eviction decide which states stay; Jenga's last-checkpoint hold is not part of it.
-    hold_last_checkpoint = False
+    # Marconi's own admission and eviction decide which states stay; Jenga's checkpoint hold is not part of it.
+    hold_last_checkpoints = 0
 
     def __init__(self, specs, capacity_bytes: int, tokens_per_page: int = 16, enable_prefix_cache: bool = True,
                  flop_alpha: float = 1.0, prefix_flops: PrefixFlops | None = None, **options):
