@@ -9,7 +9,6 @@ their running owner: a sibling then found the whole attention prefix but no stat
 
 from __future__ import annotations
 
-import pytest
 from conftest import req
 
 import jenga
@@ -102,10 +101,20 @@ def test_stale_pages_first_off_gives_skipped_checkpoints_their_release_time():
     assert mm.pool.evictor.timestamp(1, sid) > STALE_TS
 
 
-@pytest.mark.parametrize("system", ["jenga_current", "marconi"])
-def test_systems_with_their_own_state_rules_hold_nothing(system):
-    mm = jenga.make_manager(system, SPECS, 16 * LARGE, tokens_per_page=16, enable_prefix_cache=True)
+def test_vllm_state_rules_hold_nothing():
+    mm = jenga.make_manager("jenga_current", SPECS, 16 * LARGE, tokens_per_page=16, enable_prefix_cache=True)
     a = req("a", list(range(300)))
     assert mm.allocate(a, 200)
     mm.begin_step()
     assert mm.reqs["a"].held_ckpts == ()
+
+
+def test_marconi_in_jengas_fork_holds_its_checkpoints():
+    """Marconi's admission (branch point and last prompt token) runs in Jenga's fork, whose state
+    manager keeps a running request's latest state blocks: both its checkpoints stay held."""
+    mm = jenga.make_manager("marconi", SPECS, 16 * LARGE, tokens_per_page=16, enable_prefix_cache=True)
+    a = req("a", list(range(300)))
+    assert mm.allocate(a, 300)
+    mm.begin_step()
+    assert _held(mm, "a") == [288]                   # the last prompt token's block (no branch: nothing cached)
+    check_invariants(mm)

@@ -53,8 +53,9 @@ class MarconiManager(JengaManager):
 
     system_name = "marconi"
     option_names = ("request_aware", "flop_alpha", "prefix_flops")
-    # Marconi's own admission and eviction decide which states stay; Jenga's checkpoint hold is not part of it.
-    hold_last_checkpoints = 0
+    # hold_last_checkpoints stays JengaManager's: the study runs Marconi's admission and eviction in
+    # Jenga's fork, whose LinearAttentionManager keeps a running request's latest state blocks
+    # whatever decided to write them (with at most two checkpoints per request, all of them).
 
     def __init__(self, specs, capacity_bytes: int, tokens_per_page: int = 16, enable_prefix_cache: bool = True,
                  flop_alpha: float = 1.0, prefix_flops: PrefixFlops | None = None, **options):
