@@ -22,6 +22,7 @@ counters kept incrementally (each request's needed/held bytes are refreshed when
 from __future__ import annotations
 
 import math
+from collections import deque
 from itertools import chain, compress, count, repeat
 from operator import itemgetter
 
@@ -34,6 +35,7 @@ from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
 from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SlidingWindowSpec, SpecError, page_geometry
 
 _first, _second = itemgetter(0), itemgetter(1)
+_consume = deque(maxlen=0).extend  # runs an iterator of side effects to its end at C speed
 
 # The protected hooks: underscored methods a system inside jenga/ may override, with the contract
 # each override must keep (the baselines that use them: oracle.py, current.py, vllm_hma.py, sglang.py).
@@ -422,8 +424,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             pages, ref, from_cached = rs.pages[t], self.ref[t], self.pool.from_cached
             plain_data, tpp, bpt = self._plain_data[t], self.types[t].tokens_per_page, self.types[t].data_bytes_per_token
             unpinned = []  # cached pages this hit takes, pinned in one batch below
-            sids = [sid for _, sid in js] if plain_pin else None
-            refs = [ref.get(s) for s in sids] if plain_pin else None
+            sids = list(map(_second, js)) if plain_pin else None
+            refs = list(map(ref.get, sids)) if plain_pin else None
             if plain_pin and not any(refs):
                 # A hit on cached pages none of which a running request holds.
                 unpinned = sids
@@ -538,7 +540,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         if lo >= hi:
             return
         page_key, index = self.page_key[t], self.index[t]
-        sids = [pages.get(j) for j in range(lo, hi)]
+        sids = list(map(pages.get, range(lo, hi)))
         keys = hs[(lo + 1) * k - 1:hi * k:k]
         if None in sids or not page_key.keys().isdisjoint(sids):
             keep = [s is not None and s not in page_key for s in sids]
@@ -598,7 +600,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         pages, ref, page_key, index = rs.pages[t], self.ref[t], self.page_key[t], self.index[t]
         cache, copies = self.enable_prefix_cache, self.keep_block_copies
         copy_key = self.copy_key[t]
-        sids = [pages.pop(j) for j in js]
+        sids = list(map(pages.pop, js))
         if images is None and not (copies and not copy_key.keys().isdisjoint(sids)):
             self._release_token_run(rs, t, js, sids, ts, tpp)
             return
@@ -649,7 +651,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         in the same order per dict, so the same state (a finished request releases ~10k pages
         per type; issue 20)."""
         ref, page_key, index, shared = self.ref[t], self.page_key[t], self.index[t], self.shared_data
-        refs = [ref[s] for s in sids]
+        refs = list(map(ref.__getitem__, sids))
         if refs.count(1) != len(refs):
             # Pages other running requests hold too lose one reference (_undup, unrolled: the
             # page's one data size leaves the double count); the rest are released below.
@@ -665,14 +667,13 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                     del shared[(t, sid)]
             self.dup_bytes -= dup
             js, sids = sole_js, sole
-        for s in sids:
-            del ref[s]
+        _consume(map(ref.__delitem__, sids))
         if not self.enable_prefix_cache:
             for s in sids:
                 page_key.pop(s, None)
             self._hand_to_pool(t, (), ts, (), sids)
             return
-        keys = [page_key.get(s) for s in sids]
+        keys = list(map(page_key.get, sids))
         filled = ()
         if None in keys:
             # Pages not registered yet: the key read from the hash chain by index (None past the
@@ -687,7 +688,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                     filled.append(i)
         # Each keyed page goes to the cache under its key if it owns it (index.setdefault, in run
         # order); the others (no key, or a key another page owns) are freed.
-        owners = [index.setdefault(k, s) if k is not None else None for k, s in zip(keys, sids)]
+        owners = (list(map(index.setdefault, keys, sids)) if None not in keys else
+                  [index.setdefault(k, s) if k is not None else None for k, s in zip(keys, sids)])
         for i in filled:
             if owners[i] == sids[i]:
                 page_key[sids[i]] = keys[i]

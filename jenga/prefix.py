@@ -69,16 +69,20 @@ class PrefixCacheMixin:
         """True/False per logical page ``0 .. npages-1`` of type ``t``: is the prefix it ends in the
         cache index (``stop_at_miss``: up to the first miss). One C-level pass over the page hashes
         (``map`` of the index's ``__contains__``): a 150k-token prompt is ~10k pages per type."""
-        idx = self.index[t]
+        contains = self.index[t].__contains__
         hs = hasher.page_hashes(self.types[t].tokens_per_page, npages)
         if stop_at_miss:
-            n = 0
-            for h in hs:
-                if h not in idx:
+            # Galloping chunks, each tested at C speed, up to the chunk with the first miss.
+            n, step = 0, 64
+            while n < len(hs):
+                chunk = hs[n:n + step]
+                if not all(map(contains, chunk)):
+                    n += list(map(contains, chunk)).index(False)
                     break
-                n += 1
+                n += len(chunk)
+                step *= 2
             return [True] * n
-        flags = [h in idx for h in hs]
+        flags = list(map(contains, hs))
         if len(flags) < npages:  # pages whose tokens are not known yet are never cached
             flags += [False] * (npages - len(flags))
         return flags
@@ -380,7 +384,7 @@ class PrefixCacheMixin:
                     # C-level map over the index.
                     js = fresh[:max(0, min(len(fresh), L // tpp - fresh[0]))]
                     hk = hs[(js[0] + 1) * k - 1:(js[-1] + 1) * k:k]
-                    got = list(zip(js, [idx[h] for h in hk]))
+                    got = list(zip(js, map(idx.__getitem__, hk)))
                 else:
                     for j in fresh:
                         if (j + 1) * tpp > L:
