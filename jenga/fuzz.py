@@ -6,7 +6,8 @@ cross-attention, vision embeddings, Mamba, KV sharing, coprime page sizes), ``to
 prefix caching on or off and a capacity from one page of every type to a few dozen; then a list of
 operations a scheduler could issue: new requests (``lookup_prefix`` then a first ``allocate``,
 prompts sharing prefixes so that the cache hits), prefill chunks, decode tokens, allocations far too
-large to fit, ``allocate(r, 0)``, frees, double frees and frees of unknown requests.
+large to fit, ``allocate(r, 0)``, engine steps (``begin_step``), frees, double frees and frees of
+unknown requests.
 
 Checked after every operation: ``usage().check()`` and :func:`jenga.testing.check_invariants`
 (pages, reference counts, pool counters, needed <= held; the oracle's exact-byte rules); after
@@ -212,6 +213,11 @@ def run_stream(seed: int, num_ops: int = 60, system: str | None = None, mix: str
                     m.free(r)
                     running.remove(r)
                     gone.append(r)
+            elif x < 0.84:
+                # A new engine step: last step's one-step Mamba checkpoints join the cache or stay
+                # held as their request's latest (prefix.py hold_last_checkpoints).
+                desc = "begin_step"
+                m.begin_step()
             elif x < 0.86:
                 r = rng.choice(running)
                 desc = f"zero {r.request_id}"
