@@ -435,7 +435,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             elif plain_pin and plain_data and all(refs) and (max(map(_first, js)) + 1) * tpp <= T:
                 # A hit on pages running requests hold, every one full (tpp tokens of data): the
                 # per-page branch below for all of them at once.
-                data = [shared.setdefault((t, sid), tpp * bpt) for sid in sids]
+                data = list(map(shared.setdefault, zip(repeat(t), sids), repeat(tpp * bpt)))
                 self.dup_bytes += sum(data)
                 pins.extend(zip(repeat(t), sids, repeat(None), data))
                 ref.update(zip(sids, map((1).__add__, refs)))
@@ -707,7 +707,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 prev = i + 1
             cached += sids[prev:]
             cached_js += js[prev:]
-        self._hand_to_pool(t, cached, ts, [(j + 1) * tpp for j in cached_js], freed)
+        self._hand_to_pool(t, cached, ts, list(map(tpp.__mul__, map((1).__add__, cached_js))), freed)
 
     def _hand_to_pool(self, t: int, cached_sids, ts: int, cached_plens, freed) -> None:
         """Released pages to the pool: the cached ones in one batch, then the freed ones (its
