@@ -135,6 +135,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         # iterates in an order that changes with each process's hash seed (PYTHONHASHSEED).
         self._transient_owners: dict = {}
         token_tpps = [s.tokens_per_page for s in self.types if not (s.policy.image_based or s.policy.state_based)]
+        # (type, tokens per page) of the token types: _register_computed's early exit.
+        self._token_tpp = [(t, s.tokens_per_page) for t, s in enumerate(self.types)
+                           if not (s.policy.image_based or s.policy.state_based)]
         self.hash_block = math.gcd(*token_tpps) if token_tpps else tokens_per_page
         # Per type, for the hot accounting loop: (policy, tokens/page, data bytes/token, kind, state).
         self._tinfo = [(st.policy, st.tokens_per_page, st.data_bytes_per_token,
@@ -508,7 +511,12 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     def _register_computed(self, rs: ReqState) -> None:
         """Put the request's newly full token pages in the cache index as soon as they are allocated
         (their K/V is written this step), so later requests share them -- as vLLM v1 does."""
-        computed = rs.T
+        computed, reg = rs.T, rs.reg
+        for t, tpp in self._token_tpp:
+            if reg[t] < computed // tpp:
+                break
+        else:
+            return  # no token page became full (most decode steps): nothing to register
         cls = type(self)
         plain = (self._j is None and cls._register is PrefixCacheMixin._register
                  and cls._cacheable is PagedManager._cacheable and cls._register_copy is PrefixCacheMixin._register_copy)
