@@ -28,6 +28,8 @@ images never collide. Computed once per request and extended as output tokens ar
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 MASK = (1 << 64) - 1
@@ -41,9 +43,7 @@ _F1, _F2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53
 _VECTOR_MIN = 8
 
 _u = np.uint64
-_mult: dict[int, np.ndarray] = {}
-_mult_list_cache: dict[int, list[int]] = {}
-_pows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+_pows: list[np.ndarray] = []  # [P**q, P**-q for q = 0 .. m-1], once computed (grown by doubling)
 
 
 def fmix(x: int) -> int:
@@ -63,36 +63,30 @@ def _fmix_np(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> _u(33))
 
 
+@functools.cache
 def multipliers(block: int) -> np.ndarray:
     """``R``: one odd 64-bit multiplier per position in a block of ``block`` tokens."""
-    r = _mult.get(block)
-    if r is None:
-        r = np.random.default_rng(_SEED).integers(0, 1 << 64, size=block, dtype=np.uint64, endpoint=False) | _u(1)
-        r.setflags(write=False)
-        _mult[block] = r
+    r = np.random.default_rng(_SEED).integers(0, 1 << 64, size=block, dtype=np.uint64, endpoint=False) | _u(1)
+    r.setflags(write=False)
     return r
 
 
+@functools.cache
 def _mult_list(block: int) -> list[int]:
     """``multipliers(block)`` as Python ints."""
-    r = _mult_list_cache.get(block)
-    if r is None:
-        r = _mult_list_cache[block] = [int(x) for x in multipliers(block)]
-    return r
+    return [int(x) for x in multipliers(block)]
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(P**q, P**-q)`` for ``q = 0 .. n-1`` (mod 2**64), grown by doubling and kept."""
-    have = _pows.get(0)
-    if have is None or len(have[0]) < n:
-        m = max(n, 2 * len(have[0]) if have else 1024)
+    """``(P**q, P**-q)`` for ``q = 0 .. n-1`` or more (mod 2**64), grown by doubling and kept."""
+    if not _pows or len(_pows[0]) < n:
+        m = max(n, 2 * len(_pows[0]) if _pows else 1024)
         with np.errstate(over="ignore"):
             fwd = np.full(m, P, dtype=np.uint64)
             inv = np.full(m, P_INV, dtype=np.uint64)
             fwd[0] = inv[0] = 1
-            have = (np.cumprod(fwd, dtype=np.uint64), np.cumprod(inv, dtype=np.uint64))
-        _pows[0] = have
-    return have
+            _pows[:] = [np.cumprod(fwd, dtype=np.uint64), np.cumprod(inv, dtype=np.uint64)]
+    return _pows[0], _pows[1]
 
 
 def _words(tokens) -> np.ndarray:

@@ -134,10 +134,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         # set -- begin_step stamps each one's pages in this order, and a set of request ids (strings)
         # iterates in an order that changes with each process's hash seed (PYTHONHASHSEED).
         self._transient_owners: dict = {}
-        token_tpps = [s.tokens_per_page for s in self.types if not (s.policy.image_based or s.policy.state_based)]
-        # (type, tokens per page) of the token types: _register_computed's early exit.
+        # (type, tokens per page) of the token types (neither image nor state pages).
         self._token_tpp = [(t, s.tokens_per_page) for t, s in enumerate(self.types)
                            if not (s.policy.image_based or s.policy.state_based)]
+        token_tpps = [tpp for _, tpp in self._token_tpp]
         self.hash_block = math.gcd(*token_tpps) if token_tpps else tokens_per_page
         # Per type, for the hot accounting loop: (policy, tokens/page, data bytes/token, kind, state).
         self._tinfo = [(st.policy, st.tokens_per_page, st.data_bytes_per_token,
@@ -520,10 +520,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         cls = type(self)
         plain = (self._j is None and cls._register is PrefixCacheMixin._register
                  and cls._cacheable is PagedManager._cacheable and cls._register_copy is PrefixCacheMixin._register_copy)
-        for t, st in enumerate(self.types):
-            if st.policy.image_based or st.policy.state_based:
-                continue
-            tpp, pages = st.tokens_per_page, rs.pages[t]
+        for t, tpp in self._token_tpp:
+            pages = rs.pages[t]
             end = computed // tpp
             if rs.reg[t] < end:
                 # The chain is extended once and read by index (hash_at((j + 1) * tpp), unrolled).
