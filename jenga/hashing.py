@@ -185,19 +185,24 @@ class BlockHasher:
             self.hash_at(end)
         return self.hashes
 
+    def page_chain(self, tpp: int, npages: int) -> tuple[list[int], int, int]:
+        """``(chain, k, n)``: the chain extended as :meth:`page_hashes` extends it, ``k = tpp //
+        block`` and the number ``n`` of pages whose key is known -- page ``j < n`` has key
+        ``chain[(j + 1) * k - 1]``. For callers that read a few pages' keys, not all ``npages``."""
+        if npages <= 0:
+            return self.hashes, tpp // self.block, 0
+        end = min(npages * tpp, self._known())
+        end -= end % tpp
+        if end > 0:
+            self.hash_at(end)
+        k = tpp // self.block
+        return self.hashes, k, min(npages, len(self.hashes) // k)
+
     def page_hashes(self, tpp: int, npages: int) -> list[int]:
         """Keys of the prefixes ending at pages ``0 .. npages-1`` of ``tpp`` tokens (``tpp`` a
         multiple of the block), as far as the tokens are known: the chain is extended once and
         read by index, instead of one :meth:`hash_at` per page (a 150k-token prompt has ~10k
         pages per layer type, looked up at every admission). Shorter than ``npages`` when the
         later pages' tokens are not known yet; equal, page for page, to ``hash_at((j+1)*tpp)``."""
-        if npages <= 0:
-            return []
-        B = self.block
-        end = min(npages * tpp, self._known())
-        end -= end % tpp
-        if end > 0:
-            self.hash_at(end)
-        k = tpp // B
-        n = min(npages, len(self.hashes) // k)
-        return self.hashes[k - 1:n * k:k] if k > 1 else self.hashes[:n]
+        hs, k, n = self.page_chain(tpp, npages)
+        return hs[k - 1:n * k:k] if k > 1 else hs[:n]

@@ -126,7 +126,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self.tot_needed = 0
         self.tot_held = 0
         self.dup_bytes = 0  # held data bytes counted twice (pages shared by running requests)
-        self.shared_data: dict[tuple[int, int], int] = {}
+        # Per type: page -> its one data size, for pages more than one running request holds.
+        self.shared_data: list[dict[int, int]] = [{} for _ in range(n)]
         self.extra_counts = {"hit_lost_tokens": 0, "retry_tight": 0}
         self.checkpoints_saved = 0  # Mamba state pages checkpointed (prefix.PrefixCacheMixin._save_checkpoint)
         self._j: Journal | None = None  # undo log of an allocation that may fail
@@ -421,9 +422,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
 
     def _try_alloc(self, rs, plans, hits, T, tight, pins, done) -> bool:
         plain_pin = self._j is None and type(self)._pin is PrefixCacheMixin._pin
-        shared = self.shared_data
         uncache_many = getattr(self.pool, "uncache_many", None)
         for t, js in hits.items():
+            shared = self.shared_data[t]
             pages, ref, from_cached = rs.pages[t], self.ref[t], self.pool.from_cached
             plain_data, tpp, bpt = self._plain_data[t], self.types[t].tokens_per_page, self.types[t].data_bytes_per_token
             unpinned = []  # cached pages this hit takes, pinned in one batch below
@@ -438,7 +439,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             elif plain_pin and plain_data and all(refs) and (max(map(_first, js)) + 1) * tpp <= T:
                 # A hit on pages running requests hold, every one full (tpp tokens of data): the
                 # per-page branch below for all of them at once.
-                data = list(map(shared.setdefault, zip(repeat(t), sids), repeat(tpp * bpt)))
+                data = list(map(shared.setdefault, sids, repeat(tpp * bpt)))
                 self.dup_bytes += sum(data)
                 pins.extend(zip(repeat(t), sids, repeat(None), data))
                 ref.update(zip(sids, map((1).__add__, refs)))
@@ -453,7 +454,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                     ref[sid] = 1
                 elif plain_pin and plain_data:
                     # _pin of a page a running request holds, unrolled (_page_data of a token page).
-                    data = shared.setdefault((t, sid), max(0, min((j + 1) * tpp, T) - j * tpp) * bpt)
+                    data = shared.setdefault(sid, max(0, min((j + 1) * tpp, T) - j * tpp) * bpt)
                     self.dup_bytes += data
                     pins.append((t, sid, None, data))
                     ref[sid] = r + 1
@@ -610,7 +611,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         if images is None and not (copies and not copy_key.keys().isdisjoint(sids)):
             self._release_token_run(rs, t, js, sids, ts, tpp)
             return
-        shared = self.shared_data
+        shared = self.shared_data[t]
         T = rs.T
         hs, k = (rs.hasher.chain(T), tpp // rs.hasher.block) if cache and images is None else ((), 1)
         nh = len(hs)
@@ -627,9 +628,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             if r > 0:
                 ref[sid] = r
                 # _undup, unrolled: the page's one data size leaves the double count.
-                dup += shared[(t, sid)]
+                dup += shared[sid]
                 if r == 1:
-                    del shared[(t, sid)]
+                    del shared[sid]
                 continue
             del ref[sid]
             if cache:
@@ -656,7 +657,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         ``dict.update``) instead of one branchy Python step per page: the same dict operations
         in the same order per dict, so the same state (a finished request releases ~10k pages
         per type; issue 20)."""
-        ref, page_key, index, shared = self.ref[t], self.page_key[t], self.index[t], self.shared_data
+        ref, page_key, index, shared = self.ref[t], self.page_key[t], self.index[t], self.shared_data[t]
         refs = list(map(ref.__getitem__, sids))
         if refs.count(1) != len(refs):
             # Pages other running requests hold too lose one reference (_undup, unrolled: the
@@ -668,9 +669,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                     sole.append(sid)
                     continue
                 ref[sid] = r - 1
-                dup += shared[(t, sid)]
+                dup += shared[sid]
                 if r == 2:
-                    del shared[(t, sid)]
+                    del shared[sid]
             self.dup_bytes -= dup
             js, sids = sole_js, sole
         _consume(map(ref.__delitem__, sids))

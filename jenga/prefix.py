@@ -22,8 +22,8 @@ recomputed a prefix it could not hit), chosen per manager by ``keep_block_copies
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from itertools import accumulate
+from collections.abc import Callable, Iterable
+from itertools import accumulate, islice
 from operator import itemgetter
 
 from jenga.hashing import BlockHasher
@@ -32,6 +32,52 @@ from jenga.policies import FullPolicy, ImageInfo, cdiv
 from jenga.reqstate import ReqState, image_infos
 
 _first, _second, _plen = itemgetter(0), itemgetter(1), itemgetter(3)
+
+
+def cached_page_count(contains, hasher: BlockHasher, tpp: int, npages: int) -> Callable[[int, int], int]:
+    """``count(a, b)``: how many of pages ``a .. b-1`` (of ``npages``; clamped to ``0 .. npages``)
+    of one type a prompt has in the cache index -- the ``count`` a policy's ``longest_valid`` asks
+    for. Each page is looked up once, when a query first reaches it, over the one contiguous span
+    queried so far: a window type's search reads only the pages near the candidate lengths (a
+    local chunk is 512 pages, the prompt ~10k), not every page of the prompt. Pages whose tokens
+    are not known yet count as not cached. A query inside the span is two list reads (a sliding
+    window's search asks thousands)."""
+    # The chain as page_hashes extends it; page j's key is chain[(j + 1) * k - 1].
+    chain, k, n = hasher.page_chain(tpp, npages)
+    # The span is pages lo .. hi-1; cum[i]: cached pages among hi-1, hi-2, ..., hi-i. The search
+    # moves down from the longest candidate, so the span grows at the list's end.
+    lo = hi = 0
+    cum = [0]
+
+    def grow(a: int, b: int) -> None:
+        nonlocal lo, hi, cum
+        if lo == hi:
+            lo = hi = b
+        if a < lo:
+            # Pages lo-1 down to a, or further: at least as many as the span holds already (a
+            # search that walks down asks page by page; geometric steps keep that to a few grows
+            # and at most twice the pages it asks for), and at least 64.
+            a = max(0, min(a, lo - max(64, hi - lo)))
+            stop = a * k - 1
+            cum += islice(accumulate(map(contains, chain[lo * k - 1:stop if stop >= 0 else None:-k]),
+                                     initial=cum[-1]), 1, None)
+            lo = a
+        if b > hi:
+            # Pages b-1 down to hi (a query above the first one: not the search's order, so rare).
+            top = list(accumulate(map(contains, chain[b * k - 1:(hi + 1) * k - 2:-k]), initial=0))
+            cum = top + [c + top[-1] for c in cum[1:]]
+            hi = b
+
+    def count(a: int, b: int) -> int:
+        if lo <= a <= b <= hi:
+            return cum[hi - a] - cum[hi - b]
+        a, b = min(max(a, 0), n), min(max(b, 0), n)
+        if a >= b:
+            return 0 if a == b else -count(b, a)
+        grow(a, b)
+        return cum[hi - a] - cum[hi - b]
+
+    return count
 
 
 class PrefixCacheMixin:
@@ -65,27 +111,21 @@ class PrefixCacheMixin:
             return hit
         return self._longest_hit(hasher, images, hit)
 
-    def _cached_flags(self, t: int, hasher: BlockHasher, npages: int, stop_at_miss: bool) -> list[int]:
-        """True/False per logical page ``0 .. npages-1`` of type ``t``: is the prefix it ends in the
-        cache index (``stop_at_miss``: up to the first miss). One C-level pass over the page hashes
-        (``map`` of the index's ``__contains__``): a 150k-token prompt is ~10k pages per type."""
+    def _cached_prefix_pages(self, t: int, hasher: BlockHasher, npages: int) -> int:
+        """How many of pages ``0 .. npages-1`` of type ``t``, from the first, end in a prefix the
+        cache index holds (up to the first miss): galloping chunks of the page hashes, each tested
+        at C speed (``map`` of the index's ``__contains__``) -- a 150k-token prompt is ~10k pages
+        per type."""
         contains = self.index[t].__contains__
-        hs = hasher.page_hashes(self.types[t].tokens_per_page, npages)
-        if stop_at_miss:
-            # Galloping chunks, each tested at C speed, up to the chunk with the first miss.
-            n, step = 0, 64
-            while n < len(hs):
-                chunk = hs[n:n + step]
-                if not all(map(contains, chunk)):
-                    n += list(map(contains, chunk)).index(False)
-                    break
-                n += len(chunk)
-                step *= 2
-            return [True] * n
-        flags = list(map(contains, hs))
-        if len(flags) < npages:  # pages whose tokens are not known yet are never cached
-            flags += [False] * (npages - len(flags))
-        return flags
+        chain, k, npages = hasher.page_chain(self.types[t].tokens_per_page, npages)
+        n, step = 0, 64
+        while n < npages:
+            chunk = chain[(n + 1) * k - 1:min(n + step, npages) * k:k]
+            if not all(map(contains, chunk)):
+                return n + list(map(contains, chunk)).index(False)
+            n += len(chunk)
+            step *= 2
+        return n
 
     def _longest_hit(self, hasher: BlockHasher, images: list[ImageInfo], upper: int) -> int:
         """The longest prefix valid for every type: each type's ``get_possible_prefix`` answered as
@@ -112,14 +152,13 @@ class PrefixCacheMixin:
             elif pol.state_based:
                 fns.append(lambda L, t=t: self.checkpoint_hit(t, hasher, L))
             else:
-                full = isinstance(pol, FullPolicy)
-                flags = self._cached_flags(t, hasher, upper // st.tokens_per_page, stop_at_miss=full)
-                if full:
-                    upper = min(upper, len(flags) * st.tokens_per_page)
+                if isinstance(pol, FullPolicy):
+                    upper = min(upper, self._cached_prefix_pages(t, hasher, upper // st.tokens_per_page)
+                                * st.tokens_per_page)
                     upper -= upper % self.align
                     continue
-                prefix = list(accumulate(flags, initial=0))
-                count = (lambda a, b, p=prefix: p[min(b, len(p) - 1)] - p[min(a, len(p) - 1)])
+                count = cached_page_count(self.index[t].__contains__, hasher, st.tokens_per_page,
+                                        upper // st.tokens_per_page)
                 fns.append(lambda L, pol=pol, c=count, tpp=st.tokens_per_page:
                            pol.longest_valid(c, L, self.align, tpp))
         L = upper
@@ -209,12 +248,12 @@ class PrefixCacheMixin:
         r = self.ref[t].get(sid, 0)
         if self._j is not None:
             self._j.item(self.ref[t], sid)
-            self._j.item(self.shared_data, (t, sid))
+            self._j.item(self.shared_data[t], sid)
         if r == 0:
             undo.append((t, sid, self.pool.from_cached(t, sid), data))
         else:
             # One data size per shared page, whoever pins or releases it (keeps dup_bytes exact).
-            data = self.shared_data.setdefault((t, sid), data)
+            data = self.shared_data[t].setdefault(sid, data)
             self.dup_bytes += data
             undo.append((t, sid, None, data))
         self.ref[t][sid] = r + 1
@@ -248,11 +287,12 @@ class PrefixCacheMixin:
 
     def _undup(self, t: int, sid: int, remaining: int) -> None:
         if self._j is not None:
-            self._j.item(self.shared_data, (t, sid))
-        data = self.shared_data[(t, sid)]
+            self._j.item(self.shared_data[t], sid)
+        shared = self.shared_data[t]
+        data = shared[sid]
         self.dup_bytes -= data
         if remaining == 1:
-            del self.shared_data[(t, sid)]
+            del shared[sid]
 
     def _register(self, t: int, sid: int, key) -> None:
         if key is None or sid in self.page_key[t]:

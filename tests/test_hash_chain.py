@@ -53,6 +53,8 @@ def test_chain_matches_the_definition(prompt, out, block, k, ends):
     assert hasher.chain(known * block + block)[:known] == ref
     tpp = k * block
     assert hasher.page_hashes(tpp, 1000) == ref[k - 1::k]
+    chain, kk, n = hasher.page_chain(tpp, 1000)
+    assert kk == k and n == len(ref) // k and [chain[(j + 1) * k - 1] for j in range(n)] == ref[k - 1::k]
 
 
 @settings(max_examples=100, deadline=None)

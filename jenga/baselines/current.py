@@ -67,7 +67,7 @@ class TodaysVllmRules:
         full = upper
         for t, st in enumerate(self.types):
             if isinstance(st.policy, FullPolicy):
-                full = min(full, len(self._cached_flags(t, hasher, upper // st.tokens_per_page, True))
+                full = min(full, self._cached_prefix_pages(t, hasher, upper // st.tokens_per_page)
                            * st.tokens_per_page)
         full -= full % self.align
         if full > L and any(isinstance(st.policy, SlidingPolicy) for st in self.types):

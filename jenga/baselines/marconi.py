@@ -80,7 +80,7 @@ class MarconiManager(JengaManager):
         pts = set()
         if self._full is not None:
             st = self.types[self._full]
-            cached = len(self._cached_flags(self._full, hasher, (n - 1) // st.tokens_per_page, stop_at_miss=True))
+            cached = self._cached_prefix_pages(self._full, hasher, (n - 1) // st.tokens_per_page)
             branch = cached * st.tokens_per_page
             branch -= branch % B
             if 0 < branch < n:

@@ -222,7 +222,7 @@ class VllmHma(VllmCurrent):
         full = len(request.prompt_token_ids) - 1
         for t, st in enumerate(self.types):
             if isinstance(st.policy, FullPolicy):
-                full = min(full, len(self._cached_flags(t, hasher, full // st.tokens_per_page, True))
+                full = min(full, self._cached_prefix_pages(t, hasher, full // st.tokens_per_page)
                            * st.tokens_per_page)
         full -= full % self.align
         if pin and full > L:
