@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from itertools import chain, compress, count, repeat
-from operator import itemgetter
+from itertools import chain, compress, repeat
+from operator import eq, itemgetter, not_
 
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
@@ -703,17 +703,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         if owners == sids:
             cached, cached_js, freed = sids, js, []
         else:
-            bad = [i for i, o, s in zip(count(), owners, sids) if o != s]
-            freed = [sids[i] for i in bad]
-            for s in freed:
-                page_key.pop(s, None)
-            cached, cached_js, prev = [], [], 0
-            for i in bad:
-                cached += sids[prev:i]
-                cached_js += js[prev:i]
-                prev = i + 1
-            cached += sids[prev:]
-            cached_js += js[prev:]
+            owned = list(map(eq, owners, sids))
+            cached, cached_js = list(compress(sids, owned)), list(compress(js, owned))
+            freed = list(compress(sids, map(not_, owned)))
+            _consume(map(page_key.pop, freed, repeat(None)))
         self._hand_to_pool(t, cached, ts, list(map(tpp.__mul__, map((1).__add__, cached_js))), freed)
 
     def _hand_to_pool(self, t: int, cached_sids, ts: int, cached_plens, freed) -> None:

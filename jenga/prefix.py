@@ -22,9 +22,10 @@ recomputed a prefix it could not hit), chosen per manager by ``keep_block_copies
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Iterable
-from itertools import accumulate, islice
-from operator import itemgetter
+from itertools import accumulate, compress, groupby, islice, repeat
+from operator import eq, itemgetter
 
 from jenga.hashing import BlockHasher
 from jenga.interface import RequestView
@@ -32,6 +33,7 @@ from jenga.policies import FullPolicy, ImageInfo, cdiv
 from jenga.reqstate import ReqState, image_infos
 
 _first, _second, _plen = itemgetter(0), itemgetter(1), itemgetter(3)
+_consume = deque(maxlen=0).extend  # runs an iterator of side effects to its end at C speed
 
 
 def cached_page_count(contains, hasher: BlockHasher, tpp: int, npages: int) -> Callable[[int, int], int]:
@@ -234,6 +236,19 @@ class PrefixCacheMixin:
             return
         self._evictions += len(pages)
         page_key, index, copies = self.page_key, self.index, self.keep_block_copies
+        if not copies:
+            # Per run of one type's pages (a large page's, a flat pool's): the keys popped and
+            # the index entries the evicted pages own deleted, each in one C-level pass. Which
+            # entries go does not depend on the order (a key has one owner).
+            for t, run in groupby(pages, _first):
+                sids = list(map(_second, run))
+                idx = index[t]
+                keys = list(map(page_key[t].pop, sids, repeat(None)))
+                owners = list(map(idx.get, keys))
+                if owners != sids:
+                    keys = list(compress(keys, map(eq, owners, sids)))
+                _consume(map(idx.__delitem__, keys))
+            return
         copy_key, copies_of = self.copy_key, self.copies
         for t, sid in pages:
             key = page_key[t].pop(sid, None)

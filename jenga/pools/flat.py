@@ -7,11 +7,15 @@ Same interface as :class:`jenga.pools.lcm.LcmPagePool` (``alloc``, ``free``, ``t
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from operator import itemgetter
 
 from jenga.evictor import PrefixSubsetEvictor
 from jenga.journal import Journal, journal_flat_pool
 from jenga.pools.lcm import EvictHook, _append, _pop
+
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 class CachedPages:
@@ -115,8 +119,8 @@ class FlatPagePool(CachedPages):
             fp.clear()
             self.path_counts["new_page"] += len(out)
             gone = self.evictor.pop_lru(n - len(out)) if self.evictor is not None else []
-            for t0, _ in gone:
-                self.cached[t0] -= 1
+            for t0, c in Counter(map(_first, gone)).items():
+                self.cached[t0] -= c
             self.path_counts["evict"] += len(gone)
             evict_many = self.on_evict_many
             if evict_many is not None:
@@ -124,7 +128,7 @@ class FlatPagePool(CachedPages):
             else:
                 for t0, sid in gone:
                     self.on_evict(t0, sid)
-            out += [sid for _, sid in gone]
+            out += map(_second, gone)
             self.used[t] += len(out)
             return out
         out = []
