@@ -695,8 +695,18 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                     filled.append(i)
         # Each keyed page goes to the cache under its key if it owns it (index.setdefault, in run
         # order); the others (no key, or a key another page owns) are freed.
-        owners = (list(map(index.setdefault, keys, sids)) if None not in keys else
-                  [index.setdefault(k, s) if k is not None else None for k, s in zip(keys, sids)])
+        if None not in keys:
+            owners = list(map(index.setdefault, keys, sids))
+        else:
+            # The keyed stretches between the unkeyed pages (usually one: the partial last page)
+            # one C-level pass each.
+            owners, prev, i = [], 0, -1
+            for _ in range(keys.count(None)):
+                i = keys.index(None, i + 1)
+                owners += map(index.setdefault, keys[prev:i], sids[prev:i])
+                owners.append(None)
+                prev = i + 1
+            owners += map(index.setdefault, keys[prev:], sids[prev:])
         for i in filled:
             if owners[i] == sids[i]:
                 page_key[sids[i]] = keys[i]
