@@ -34,9 +34,7 @@ _first, _second = itemgetter(0), itemgetter(1)
 _TS, _PLEN = 1 << 63, 1 << 62
 
 
-def _consume(it) -> None:
-    """Run an iterator of side effects to its end at C speed."""
-    deque(it, maxlen=0)
+_consume = deque(maxlen=0).extend  # runs an iterator of side effects to its end at C speed
 
 
 class _Runs:

@@ -22,10 +22,10 @@ counters kept incrementally (each request's needed/held bytes are refreshed when
 from __future__ import annotations
 
 import math
-from collections import deque
 from itertools import chain, compress, repeat
 from operator import eq, itemgetter, not_
 
+from jenga.evictor import _consume
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
 from jenga.policies import FullPolicy, ImagePolicy, Policy, policy_for
@@ -35,7 +35,6 @@ from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
 from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SlidingWindowSpec, SpecError, page_geometry
 
 _first, _second = itemgetter(0), itemgetter(1)
-_consume = deque(maxlen=0).extend  # runs an iterator of side effects to its end at C speed
 
 # The protected hooks: underscored methods a system inside jenga/ may override, with the contract
 # each override must keep (the baselines that use them: oracle.py, current.py, vllm_hma.py, sglang.py).

@@ -22,18 +22,17 @@ recomputed a prefix it could not hit), chosen per manager by ``keep_block_copies
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import accumulate, compress, groupby, islice, repeat
 from operator import eq, itemgetter
 
+from jenga.evictor import _consume
 from jenga.hashing import BlockHasher
 from jenga.interface import RequestView
 from jenga.policies import FullPolicy, ImageInfo, cdiv
 from jenga.reqstate import ReqState, image_infos
 
 _first, _second, _plen = itemgetter(0), itemgetter(1), itemgetter(3)
-_consume = deque(maxlen=0).extend  # runs an iterator of side effects to its end at C speed
 
 
 def cached_page_count(contains, hasher: BlockHasher, tpp: int, npages: int) -> Callable[[int, int], int]:
@@ -301,9 +300,9 @@ class PrefixCacheMixin:
         self.pool.free(t, sid)
 
     def _undup(self, t: int, sid: int, remaining: int) -> None:
-        if self._j is not None:
-            self._j.item(self.shared_data[t], sid)
         shared = self.shared_data[t]
+        if self._j is not None:
+            self._j.item(shared, sid)
         data = shared[sid]
         self.dup_bytes -= data
         if remaining == 1:

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from operator import itemgetter
 
 from jenga.evictor import PrefixSubsetEvictor
 from jenga.journal import Journal, journal_flat_pool
-from jenga.pools.lcm import EvictHook, _append, _pop
-
-_first, _second = itemgetter(0), itemgetter(1)
+from jenga.pools.lcm import EvictHook, _append, _first, _pop, _second
 
 
 class CachedPages:
