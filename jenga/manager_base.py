@@ -22,6 +22,7 @@ counters kept incrementally (each request's needed/held bytes are refreshed when
 from __future__ import annotations
 
 import math
+import weakref
 from itertools import chain, compress, repeat
 from operator import eq, itemgetter, not_
 
@@ -66,6 +67,17 @@ PROTECTED_HOOKS: dict[str, str] = {
 }
 
 
+def _weak_hook(owner, name: str):
+    """``owner.<name>`` as a callable that holds ``owner`` weakly (looked up at each call, so a
+    subclass's override is the one called)."""
+    ref = weakref.ref(owner)
+
+    def hook(*args):
+        return getattr(ref(), name)(*args)
+
+    return hook
+
+
 class PagedManager(PrefixCacheMixin, MemoryManager):
     """Facade implementation over a page pool; subclasses supply storage types and the pool."""
 
@@ -105,9 +117,13 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         self._full_bpt = sum(p.bytes_per_token for p in self.acct if type(p) is FullPolicy)
         self._acct_other = [p for p in self.acct if type(p) is not FullPolicy]
         self.pool: PagePool = self.make_pool(**options)
-        self.pool.on_evict = self._on_evict
+        # The pool calls back through a weak reference: the manager owns the pool, not the other
+        # way round. A bound method would make manager and pool a reference cycle, and every page
+        # record of a finished cell (~800k objects on Llama-4) would then wait for the cyclic
+        # collector to walk them all instead of going with the manager (issue 20).
+        self.pool.on_evict = _weak_hook(self, "_on_evict")
         if hasattr(self.pool, "on_evict_many"):
-            self.pool.on_evict_many = self._on_evict_many
+            self.pool.on_evict_many = _weak_hook(self, "_on_evict_many")
         n = len(self.types)
         self.ref: list[dict[int, int]] = [{} for _ in range(n)]
         self.page_key: list[dict[int, object]] = [{} for _ in range(n)]

@@ -73,10 +73,13 @@ def cached_page_count(contains, hasher: BlockHasher, tpp: int, npages: int) -> C
         if lo <= a <= b <= hi:
             return cum[hi - a] - cum[hi - b]
         a, b = min(max(a, 0), n), min(max(b, 0), n)
-        if a >= b:
-            return 0 if a == b else -count(b, a)
-        grow(a, b)
-        return cum[hi - a] - cum[hi - b]
+        if a == b:
+            return 0
+        # a > b: minus count(b, a), without count naming itself (a closure that refers to itself
+        # is a reference cycle, one per admission left for the cyclic collector).
+        lo_ab, hi_ab = min(a, b), max(a, b)
+        grow(lo_ab, hi_ab)
+        return (cum[hi - lo_ab] - cum[hi - hi_ab]) * (1 if a < b else -1)
 
     return count
 

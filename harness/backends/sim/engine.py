@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import jenga
@@ -90,16 +91,23 @@ def run_loop(sched: Scheduler, mm, step_cost: StepCost, complete: Complete | Non
     scheduler's per-step work over the whole running set (``CostModel.running_time``), which the
     scheduled batch alone does not show. :func:`run_cell` fills all three from the cell's variant
     (:mod:`harness.backends.sim.variants`). Returns the per-step trace and the step aggregates."""
-    # The cyclic collector off for the loop: a long-context cell holds hundreds of thousands of
-    # page records (and allocates more every step), so each full collection walks them all for
-    # nothing -- the loop makes no reference cycles worth collecting (69 full collections per
-    # Llama-4 cell took half its time, issue 20). Reference counting still frees everything.
-    gc_was_on = gc.isenabled()
+    with cyclic_gc_paused():
+        return _run_loop(sched, mm, step_cost, complete or sched.complete, max_steps, running_cost)
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """The cyclic collector off inside: a long-context cell holds hundreds of thousands of page
+    records (and allocates more every step), so each collection walks them all for nothing -- the
+    loop makes no reference cycles worth collecting (69 full collections per Llama-4 cell took half
+    its time, issue 20). Reference counting still frees everything. Nested uses keep it off until
+    the outermost ends."""
+    was_on = gc.isenabled()
     gc.disable()
     try:
-        return _run_loop(sched, mm, step_cost, complete or sched.complete, max_steps, running_cost)
+        yield
     finally:
-        if gc_was_on:
+        if was_on:
             gc.enable()
 
 
@@ -207,6 +215,15 @@ def loop_metrics(sched: Scheduler, trace: list[dict], agg: dict, capacity: int) 
 def run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     """Simulate one cell (contract §4): the manager, scheduler and step cost its config picks
     (:func:`harness.backends.sim.variants.build`) in the one loop (:func:`run_loop`)."""
+    # The collector stays off until the cell's manager and scheduler are gone: turned back on
+    # while they live, its first young-generation pass would walk every page record the loop made
+    # (~0.3 s of a 3 s Llama-4 cell); after they are freed (by reference counting: the manager
+    # and its pool make no cycle) there is nothing left for it to walk.
+    with cyclic_gc_paused():
+        return _run_cell(cfg, profile, requests)
+
+
+def _run_cell(cfg, profile: ModelProfile, requests: list[Request]) -> RunResult:
     # Resolved once here and handed to the cost model, the manager and the scheduler.
     engine, gpu = EngineSettings.of(cfg.engine), GpuSettings.of(cfg.gpu)
     system = str(cfg.system.name)

@@ -24,6 +24,12 @@ def simulate(rule: str, a, prof, requests, options: dict | None = None) -> tuple
     (what :func:`harness.backends.sim.engine.run_cell` runs, keeping the scheduler's requests; a
     ``vllm_hma`` manager in align mode gets vLLM's block-aligned prefill chunks there,
     ``harness/backends/sim/align_split.py``)."""
+    # As run_cell: the cyclic collector off until the manager is gone (it goes by reference counting).
+    with sim.cyclic_gc_paused():
+        return _simulate(rule, a, prof, requests, options)
+
+
+def _simulate(rule: str, a, prof, requests, options: dict | None) -> tuple[dict, dict]:
     base = w.compose(a)
     cfg = w.compose(a, rule, w.rule_options(rule, options or {}, w._max_model_len(base, prof), prof, base),
                     dataset="synthetic")
