@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +43,30 @@ def test_the_one_study_entry_point_runs_a_whatif_study(tmp_path):
     assert cli.main(["experiments/whatif/hf_mem_70.yaml", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "hf_mem_70" / "summary.csv").is_file()
     assert cli.main(["experiments/whatif/hf_mem_70.yaml", "--dry-run"]) == 2
+
+
+@pytest.mark.parametrize("flag", [["--jobs", "0"], ["--jobs", "x"], ["--jobs=-2"], ["--jobs"]])
+def test_bad_jobs_is_one_error_line(flag, tmp_path, capsys):
+    """Checked before any study runs: one line naming the flag."""
+    assert main(["experiments/whatif/hf_mem_70.yaml", "--out", str(tmp_path), *flag]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --jobs") and err.count("\n") == 1
+    assert not (tmp_path / "hf_mem_70").exists()
+
+
+def test_summary_rows_do_not_depend_on_jobs(tmp_path):
+    """The summary's model x workload cells in two processes give the rows one process gives, in
+    the same order (a small grid: two models, one workload, three rules, one refused at start-up)."""
+    import yaml
+
+    study = yaml.safe_load(Path("experiments/whatif/summary.yaml").read_text())
+    study.update(models=[{"model": "gemma3_4b"}, {"model": "nemotron_nano_9b_v2"}], num_requests=6,
+                 workloads=[study["workloads"][0]], rules=["vllm_hma", "vllm_hma_off", "jenga"])
+    from harness.study.whatif import summary
+
+    one = summary.run(study, tmp_path / "one", jobs=1)
+    two = summary.run(study, tmp_path / "two", jobs=2)
+    assert one == two
+    assert [(r["model"], r["rule"]) for r in one] == [(m, r) for m in ("gemma3_4b", "nemotron_nano_9b_v2")
+                                                      for r in study["rules"]]
+    assert any("error" in r for r in one) and any("throughput_req_s" in r for r in one)

@@ -211,7 +211,7 @@ def _main(argv: list[str] | None) -> int:
         # A what-if lab study: its own request streams, no cached cells to plan, check or list.
         if args.dry_run:
             raise UsageError(f"{args.experiment}: a what-if study has no cells to list (--dry-run); run it")
-        return whatif_run.main([args.experiment, *(["--out", args.out] if args.out else [])])
+        return whatif_run.main([args.experiment, *(["--out", args.out] if args.out else []), "--jobs", str(args.jobs)])
     check_special(args.overrides)
     p = planner.plan(study, args.overrides)
     if KINDS[p.kind].checks:

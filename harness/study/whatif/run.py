@@ -1,5 +1,6 @@
-"""``python -m harness.study experiments/whatif/<name>.yaml`` (or ``python -m harness.study.whatif a.yaml b.yaml [--out DIR] [--report-only]``):
-run each study file, write its summary, figure and report; ``--report-only`` rewrites REPORT.md from
+"""``python -m harness.study experiments/whatif/<name>.yaml`` (or ``python -m harness.study.whatif a.yaml b.yaml [--out DIR] [--report-only] [--jobs N]``):
+run each study file, write its summary, figure and report (a study with many cells, the summary,
+runs them in ``--jobs`` processes, default every usable core); ``--report-only`` rewrites REPORT.md from
 the existing summary.csv (after editing a study's ``finding:``). Bad input is one ``error:`` line
 (exit 2)."""
 
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import importlib
+import inspect
+import os
 import sys
 import time
 from pathlib import Path
@@ -56,10 +59,18 @@ def read_csv(path: Path) -> list[dict]:
         return [{k: _num(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
 
 
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out_root = Path("results/whatif")
     report_only = False
+    jobs: int | str = usable_cores()
     files = []
     it = iter(argv)
     for tok in it:
@@ -67,9 +78,14 @@ def main(argv: list[str] | None = None) -> int:
             out_root = Path(next(it, ""))
         elif tok == "--report-only":
             report_only = True
+        elif tok == "--jobs" or tok.startswith("--jobs="):
+            value = tok.split("=", 1)[1] if "=" in tok else next(it, "")
+            jobs = int(value) if value.isdigit() and int(value) >= 1 else value
         else:
             files.append(tok)
     try:
+        if not isinstance(jobs, int):
+            raise ValueError(f"--jobs must be a whole number >= 1, got {jobs!r}")  # noqa: TRY004  (one error type for the CLI)
         if not files:
             raise ValueError("give one or more experiments/whatif/*.yaml files")
         studies = [_load(f) for f in files]   # every file checked before any study runs
@@ -83,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         if report_only:
             rows = read_csv(out / "summary.csv")
         else:
-            rows = mod.run(study, out)
+            # A study whose run takes jobs= spreads its cells over that many processes.
+            takes_jobs = "jobs" in inspect.signature(mod.run).parameters
+            rows = mod.run(study, out, **({"jobs": jobs} if takes_jobs else {}))
             write_csv(rows, out / "summary.csv")
         text = mod.report(study, rows, out)
         (out / "REPORT.md").write_text(text)

@@ -19,17 +19,22 @@ def variants(study):
     return out + [{"label": "Jenga", "rule": "jenga", "options": {}}]
 
 
-def run(study: dict, out: Path) -> list[dict]:
-    a, prof = args(study["model"], study.get("gpu", "h100"), study["max_model_len"], kv_cache_bytes=study["kv_cache_bytes"])
-    reqs = ww.agent(study["num_requests"], spec=ww.AgentSpec(**study["agent"]))
-    rows = []
-    for v in variants(study):
-        m, _ = simulate(v["rule"], a, prof, reqs, v["options"])
-        rows.append({"variant": v["label"], "rule": v["rule"], "swa_full_tokens_ratio": v.get("knob"),
-                     "prefix_hit_rate": round(m["prefix_hit_rate"], 4), "throughput_req_s": round(m["throughput_req_s"], 4),
-                     "ttft_mean_s": round(m["ttft_mean"], 3), "preemptions": m["preemptions"], "simulated": True})
+def run(study: dict, out: Path, jobs: int = 1) -> list[dict]:
+    """One row per variant, the variants in ``jobs`` processes."""
+    from harness.study.run import run_tasks
+
+    rows = run_tasks(_variant_row, [(study, v) for v in variants(study)], jobs, "variants", progress=False)
     _figure(study, rows, out)
     return rows
+
+
+def _variant_row(study: dict, v: dict) -> dict:
+    a, prof = args(study["model"], study.get("gpu", "h100"), study["max_model_len"], kv_cache_bytes=study["kv_cache_bytes"])
+    reqs = ww.agent(study["num_requests"], spec=ww.AgentSpec(**study["agent"]))
+    m, _ = simulate(v["rule"], a, prof, reqs, v["options"])
+    return {"variant": v["label"], "rule": v["rule"], "swa_full_tokens_ratio": v.get("knob"),
+            "prefix_hit_rate": round(m["prefix_hit_rate"], 4), "throughput_req_s": round(m["throughput_req_s"], 4),
+            "ttft_mean_s": round(m["ttft_mean"], 3), "preemptions": m["preemptions"], "simulated": True}
 
 
 def _figure(study, rows, out):

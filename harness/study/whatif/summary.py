@@ -4,6 +4,7 @@ prefix hits and simulated throughput, and by how much over the next best."""
 from __future__ import annotations
 
 import dataclasses
+from itertools import chain
 from pathlib import Path
 
 from harness import whatif as w
@@ -11,32 +12,42 @@ from harness.study.whatif.common import SIM_NOTE, args, simulate
 from harness.workloads import sessions as ww
 
 
-def run(study: dict, out: Path) -> list[dict]:
-    rows = []
-    for entry in study["models"]:
-        model, gpu, tp = entry["model"], entry.get("gpu", "h100"), entry.get("tp", 1)
-        a, prof = args(model, gpu, study["max_model_len"], tp=tp)
-        cfg = w.compose(a)
-        kv = w.kv_bytes(cfg, prof)
-        for wl in study["workloads"]:
-            reqs = workload_requests(wl, a, prof, study["num_requests"])
-            for rule in study["rules"]:
-                row = {"model": model, "gpu": gpu, "tp": tp, "workload": wl["name"], "rule": rule}
-                try:
-                    st = w.static_answer(rule, prof, kv, cfg, {}, True)
-                except ValueError as e:
-                    rows.append({**row, "error": str(e)})
-                    continue
-                m, _ = simulate(rule, a, prof, reqs)
-                if m["throughput_req_s"] is None:   # nothing finished: every request refused by the pool
-                    rows.append({**row,
-                                 "error": f"no request finished ({m['num_ignored']} of {len(reqs)} refused)"})
-                    continue
-                rows.append({**row, "kv_capacity_tokens": st["kv_capacity_tokens"], "max_concurrency": st["max_concurrency"],
-                             "block_size_tokens": max(st["block_size_tokens"].values()),
-                             "prefix_hit_rate": round(m["prefix_hit_rate"], 4),
-                             "throughput_req_s": round(m["throughput_req_s"], 4), "simulated": True})
+def run(study: dict, out: Path, jobs: int = 1) -> list[dict]:
+    """Every model x workload x rule; the model x workload cells in ``jobs`` processes (each cell's
+    rows do not depend on the others or on the order: the simulator is deterministic)."""
+    from harness.study.run import run_tasks
+
+    tasks = [(entry, wl, study["rules"], study["max_model_len"], study["num_requests"])
+             for entry in study["models"] for wl in study["workloads"]]
+    rows = list(chain.from_iterable(run_tasks(_cell_rows, tasks, jobs, "summary", progress=False)))
     _figure(study, rows, out)
+    return rows
+
+
+def _cell_rows(entry: dict, wl: dict, rules: list[str], max_model_len: int, num_requests: int) -> list[dict]:
+    """One model x workload: each rule's capacity (engine arithmetic) and simulated hits and
+    throughput, or the error that kept it from starting or serving."""
+    model, gpu, tp = entry["model"], entry.get("gpu", "h100"), entry.get("tp", 1)
+    a, prof = args(model, gpu, max_model_len, tp=tp)
+    cfg = w.compose(a)
+    kv = w.kv_bytes(cfg, prof)
+    reqs = workload_requests(wl, a, prof, num_requests)
+    rows = []
+    for rule in rules:
+        row = {"model": model, "gpu": gpu, "tp": tp, "workload": wl["name"], "rule": rule}
+        try:
+            st = w.static_answer(rule, prof, kv, cfg, {}, True)
+        except ValueError as e:
+            rows.append({**row, "error": str(e)})
+            continue
+        m, _ = simulate(rule, a, prof, reqs)
+        if m["throughput_req_s"] is None:   # nothing finished: every request refused by the pool
+            rows.append({**row, "error": f"no request finished ({m['num_ignored']} of {len(reqs)} refused)"})
+            continue
+        rows.append({**row, "kv_capacity_tokens": st["kv_capacity_tokens"], "max_concurrency": st["max_concurrency"],
+                     "block_size_tokens": max(st["block_size_tokens"].values()),
+                     "prefix_hit_rate": round(m["prefix_hit_rate"], 4),
+                     "throughput_req_s": round(m["throughput_req_s"], 4), "simulated": True})
     return rows
 
 

@@ -6,6 +6,7 @@ vLLM's default retention 0, a retention interval, dense retention, and Jenga."""
 
 from __future__ import annotations
 
+from itertools import chain
 from pathlib import Path
 
 from harness import whatif as w
@@ -13,24 +14,37 @@ from harness.study.whatif.common import SIM_NOTE, args, simulate, source_line
 from harness.workloads import sessions as ww
 
 
-def run(study: dict, out: Path) -> list[dict]:
+def run(study: dict, out: Path, jobs: int = 1) -> list[dict]:
+    """Each variant's per-request hits, the variants in ``jobs`` processes."""
+    from harness.study.run import run_tasks
+
+    parts = run_tasks(_variant_rows, [(study, v) for v in study["variants"]], jobs, "variants", progress=False)
+    rows = list(chain.from_iterable(r for r, _ in parts))
+    _figure(study, rows, out, parts[0][1])
+    return rows
+
+
+def _setup(study: dict):
     a, prof = args(study["model"], study.get("gpu", "h100"), study["max_model_len"],
                    kv_cache_bytes=study["kv_cache_bytes"])
     cfg = w.compose(a)
     pool = w.static_answer("vllm_hma", prof, w.kv_bytes(cfg, prof), cfg, {}, True)["kv_capacity_tokens"]
-    spec = ww.SessionsSpec(**study["sessions"])
-    reqs = ww.sessions(study["num_requests"], spec=spec)
+    reqs = ww.sessions(study["num_requests"], spec=ww.SessionsSpec(**study["sessions"]))
+    return a, prof, pool, reqs
+
+
+def _variant_rows(study: dict, v: dict) -> tuple[list[dict], int]:
+    """One variant's rows (one per request) and the pool vLLM 0.32 reports."""
+    a, prof, pool, reqs = _setup(study)
+    m, hits = simulate(v["rule"], a, prof, reqs, v.get("options") or {})
     rows = []
-    for v in study["variants"]:
-        m, hits = simulate(v["rule"], a, prof, reqs, v.get("options") or {})
-        for r in reqs:
-            s, t = r.request_id.split("-")
-            rows.append({"variant": v["label"], "session": s, "turn": int(t[1:]), "context_tokens": len(r.prompt_token_ids),
-                         "hit_tokens": hits[r.request_id], "hit_fraction": round(hits[r.request_id] / len(r.prompt_token_ids), 4),
-                         "vllm_reported_pool_tokens": pool, "run_prefix_hit_rate": round(m["prefix_hit_rate"], 4),
-                         "run_throughput_req_s": round(m["throughput_req_s"], 4), "simulated": True})
-    _figure(study, rows, out, pool)
-    return rows
+    for r in reqs:
+        s, t = r.request_id.split("-")
+        rows.append({"variant": v["label"], "session": s, "turn": int(t[1:]), "context_tokens": len(r.prompt_token_ids),
+                     "hit_tokens": hits[r.request_id], "hit_fraction": round(hits[r.request_id] / len(r.prompt_token_ids), 4),
+                     "vllm_reported_pool_tokens": pool, "run_prefix_hit_rate": round(m["prefix_hit_rate"], 4),
+                     "run_throughput_req_s": round(m["throughput_req_s"], 4), "simulated": True})
+    return rows, pool
 
 
 def per_turn(rows, variant):
