@@ -12,7 +12,8 @@ results are untouched, then prints
 X: the study's wall time; Y: simulated seconds of every cell over X; M: the lowest steps per
 second of any cell (its steps over its record's ``wall_s``, which includes building its workload).
 Wall time on shared cores is noisy: compare before/after back to back, and read the CPU seconds
-printed beside it.
+and the host reference (:func:`host_reference_s`, timed before and after the study) printed beside
+it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,25 @@ def summary_line(name: str, gpu: str, seeds: int, wall: float, cores: int, recs:
             f"({slow['model']}/{slow['system']})")
 
 
+def host_reference_s(repeat: int = 3) -> float:
+    """Seconds this machine takes, now, for a fixed pure-Python workload shaped like the
+    simulator's (int-keyed dicts filled and emptied, lists built and sliced): the best of
+    ``repeat``. A shared VM drifts by tens of percent within an hour; the same code's wall time
+    follows this number, so two runs compare only at similar values of it."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        d: dict[int, int] = {}
+        for r in range(4):
+            keys = list(range(r * 7919, r * 7919 + 200_000))
+            d.update(zip(keys, keys))
+            _ = [d[k] + 1 for k in keys[::3]]
+            for k in keys[1::2]:
+                del d[k]
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--study", default="experiments/fig14.yaml")
@@ -61,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.keep or tmp)
         cmd = [sys.executable, "-m", "harness.study", args.study, f"out_dir={out / 'runs'}", "--out",
                str(out / study["name"]), "--force", "--no-progress", "--jobs", str(args.jobs), *args.overrides]
+        ref = host_reference_s()
         t0 = time.perf_counter()
         subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - t0
@@ -71,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sim: {len(failed)} failed cells: {failed[:5]}", file=sys.stderr)
             return 1
         print(summary_line(study["name"], gpu, seeds, wall, args.jobs, recs))
-        print(f"  ({len(recs)} cells, {cpu.ru_utime + cpu.ru_stime:.1f} CPU s in the study's processes)")
+        sim_s = sum(float(r["simulated_s"]) for r in recs)
+        print(f"  ({len(recs)} cells, {cpu.ru_utime + cpu.ru_stime:.1f} CPU s in the study's processes; "
+              f"{sim_s / wall / args.jobs:.0f} simulated s per wall s per core; host reference {ref:.3f} s, "
+              f"{host_reference_s():.3f} s after)")
     return 0
 
 

@@ -34,3 +34,15 @@ def test_steps_table_flags_a_plugin_that_needs_more_steps():
     refused = row(10, 10)
     refused["jenga"] = {"error": "jenga_vllm: one request of max_model_len=4096 tokens needs more"}
     assert s.markdown_row(refused).endswith("| - |") and "refused: jenga_vllm" in s.markdown_row(refused)
+
+
+def test_sim_bench_line_keeps_its_format_and_host_reference_runs():
+    """bench/sim.py: the issue's one-line format (parsed by whoever compares runs) and a positive
+    host reference."""
+    from bench import sim
+
+    recs = [{"status": "ok", "simulated_s": 30.0, "num_steps": 100, "wall_s": 0.5, "model": "m1", "system": "a"},
+            {"status": "ok", "simulated_s": 10.0, "num_steps": 100, "wall_s": 1.0, "model": "m2", "system": "b"}]
+    assert sim.summary_line("fig14", "h100", 3, 2.0, 2, recs) == \
+        "sim: fig14 H100 3 seeds 2.0 s on 2 cores, 20 simulated s per wall s, slowest cell 100 steps/s (m2/b)"
+    assert 0 < sim.host_reference_s(repeat=1) < 60
