@@ -1,7 +1,8 @@
 """Random allocator streams against every system, checked after every operation (issue 12).
 
 One *stream* is drawn from one seed: a system (every name in :data:`jenga.SYSTEM_NAMES`, the
-oracle included), a layer mix (:data:`MIXES`: full, sliding window, chunked local, token drop,
+oracle included; with ``--all-systems`` every registry name, the study variants and the what-if
+rules too, a stream whose system refuses its mix at start-up counted apart), a layer mix (:data:`MIXES`: full, sliding window, chunked local, token drop,
 cross-attention, vision embeddings, Mamba, KV sharing, coprime page sizes), ``tokens_per_page``,
 prefix caching on or off and a capacity from one page of every type to a few dozen; then a list of
 operations a scheduler could issue: new requests (``lookup_prefix`` then a first ``allocate``,
@@ -16,6 +17,7 @@ every failed ``allocate``: :func:`jenga.testing.state_fingerprint` is what it wa
 request that holds nothing is a defined no-op, ``MemoryManager.free``).
 
     python -m jenga.fuzz --seeds 0:2000          # make fuzz ARGS="--seeds 0:20000"
+    python -m jenga.fuzz --seeds 0:2000 --all-systems
 
 prints one line per failing seed (system, mix, operation, message) and exits non-zero if any
 failed; ``--seed N -v`` replays one stream operation by operation.
@@ -135,7 +137,7 @@ def make_stream_manager(rng: random.Random, system: str, mix: str):
     capacity = geo.large_page_bytes * units + rng.randrange(geo.large_page_bytes)
     # The artifact's sliding-window retention / widened hit check (SlidingPolicy) on the systems
     # that take them: half the streams run with them on, so their paths are fuzzed too.
-    cls = jenga.registry.SYSTEMS[system]
+    cls = jenga.registry.REGISTRY[system].factory
     names = getattr(getattr(cls, "func", cls), "option_names", ())
     opts = {k: rng.choice([0, 0, 3, 8]) for k in ("sliding_retention_tokens", "sliding_hit_extra_tokens")
             if k in names}
@@ -152,15 +154,25 @@ def make_stream_manager(rng: random.Random, system: str, mix: str):
                 tpp, cache, capacity
         except SpecError:
             capacity *= 2  # too small for one page of every type (static partition: one large page each)
-    raise RuntimeError(f"no capacity fits {system} {mix}")
+    raise Refused(f"{system} refuses mix {mix} at every capacity")
+
+
+class Refused(Exception):
+    """The system refuses the layer mix at start-up, whatever the capacity (an engine rule: e.g.
+    TensorRT-LLM's pools start only on its hybrid-linear families, vLLM with its hybrid manager
+    off refuses Mamba): not a failure, counted apart."""
 
 
 def run_stream(seed: int, num_ops: int = 60, system: str | None = None, mix: str | None = None,
-               verbose: bool = False) -> StreamFailure | None:
-    """Run one seeded stream; the first broken check as a :class:`StreamFailure`, else None."""
+               verbose: bool = False, all_systems: bool = False) -> StreamFailure | None:
+    """Run one seeded stream; the first broken check as a :class:`StreamFailure`, else None.
+    ``all_systems``: draw the system from every registry name (the study variants and the what-if
+    rules too), not only the cell systems. Raises :class:`Refused` when the system refuses the
+    stream's mix at start-up."""
     rng = random.Random(seed)
     # Drawn even when given, so that a forced system or mix leaves the rest of the stream as it was.
-    drawn_system, drawn_mix = rng.choice(jenga.SYSTEM_NAMES), rng.choice(sorted(MIXES))
+    names = jenga.registry.ALL_SYSTEM_NAMES if all_systems else jenga.SYSTEM_NAMES
+    drawn_system, drawn_mix = rng.choice(names), rng.choice(sorted(MIXES))
     system, mix = system or drawn_system, mix or drawn_mix
     m, tpp, cache, capacity = make_stream_manager(rng, system, mix)
     running: list[Req] = []
@@ -268,8 +280,18 @@ def _allocate(m, r: Req, n: int, desc: str) -> bool:
     return ok
 
 
-def run_seeds(seeds, num_ops: int = 60, system: str | None = None, mix: str | None = None) -> list[StreamFailure]:
-    return [f for s in seeds if (f := run_stream(s, num_ops, system, mix)) is not None]
+def run_seeds(seeds, num_ops: int = 60, system: str | None = None, mix: str | None = None,
+              all_systems: bool = False) -> list[StreamFailure]:
+    """The failing streams of ``seeds`` (streams whose system refuses their mix are skipped)."""
+    out = []
+    for s in seeds:
+        try:
+            f = run_stream(s, num_ops, system, mix, all_systems=all_systems)
+        except Refused:
+            continue
+        if f is not None:
+            out.append(f)
+    return out
 
 
 SEEDS_FORMS = "LO:HI with 0 <= LO < HI (half-open), or one seed >= 0"
@@ -306,23 +328,31 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=_seed_range, default="0:2000", metavar="LO:HI|SEED",
                     help=f"{SEEDS_FORMS} (default 0:2000)")
     ap.add_argument("--ops", type=_positive_int, default=60, help="operations per stream (>= 1)")
-    ap.add_argument("--system", choices=jenga.SYSTEM_NAMES, help="only this system")
+    ap.add_argument("--system", choices=jenga.registry.ALL_SYSTEM_NAMES, help="only this system")
+    ap.add_argument("--all-systems", action="store_true",
+                    help="draw from every registry system (study variants and what-if rules too), not only the cell systems")
     ap.add_argument("--mix", choices=sorted(MIXES), help="only this layer mix")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every operation (one seed)")
     a = ap.parse_args(argv)
     seeds = a.seeds
     t0 = time.perf_counter()
     failures = []
+    refused = 0
     for s in seeds:
-        f = run_stream(s, a.ops, a.system, a.mix, verbose=a.verbose)
+        try:
+            f = run_stream(s, a.ops, a.system, a.mix, verbose=a.verbose, all_systems=a.all_systems)
+        except Refused:
+            refused += 1
+            continue
         if f is not None:
             failures.append(f)
             print(f.line(), flush=True)
     kinds = {}
     for f in failures:
         kinds.setdefault(f.message.split(":")[0], []).append(f.seed)
-    print(f"fuzz: {len(seeds)} streams x {a.ops} ops, {len(failures)} failed "
-          f"({time.perf_counter() - t0:.0f} s)" + "".join(f"; {k}: seeds {v[:5]}" for k, v in kinds.items()))
+    print(f"fuzz: {len(seeds)} streams x {a.ops} ops, {len(failures)} failed"
+          + (f", {refused} refused at start-up (their system's rule)" if refused else "")
+          + f" ({time.perf_counter() - t0:.0f} s)" + "".join(f"; {k}: seeds {v[:5]}" for k, v in kinds.items()))
     return 1 if failures else 0
 
 

@@ -136,8 +136,9 @@ def _check_exact(mgr: PagedManager) -> None:
 # log, eviction callbacks, the immutable policies/specs.
 _NOT_STATE = frozenset({"hasher", "_bases", "image_held", "_j", "on_evict", "_on_evict", "policy", "acct", "specs", "types",
                         "geometry", "_tinfo", "hashes", "_evictions", "_lookup_stamp",
-                        # a cache of a value the pool can recompute (LcmPagePool.lp_newest)
-                        "lp_newest"})
+                        # caches of values the pool can recompute (LcmPagePool.lp_newest,
+                        # UnifiedArenaPool.page_offset's compacted layout)
+                        "lp_newest", "_layout"})
 
 
 # Dicts only ever looked up (never iterated by the allocator): their insertion order is not state.

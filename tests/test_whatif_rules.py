@@ -493,3 +493,32 @@ def test_random_streams_keep_the_allocator_invariants(system, opts, mix):
         mm = jenga.make_manager(system, specs, 40_000 * rng.choice([3, 6, 12]), tokens_per_page=4,
                                 enable_prefix_cache=True, **opts)
         shared_prefix_stream(mm, rng)
+
+
+def test_sglang_unified_sure_bound_counts_only_the_bands_a_type_may_evict():
+    """UnifiedArenaPool.sure_fit_evicting (the manager then skips its undo log): a full page may
+    evict only the full band's cached pages (no donors), so cached SWA bytes do not make a full
+    allocation sure -- a bound over every band's cached bytes would say yes and the allocation
+    fails (the negative control) -- while cached full bytes do, and then it succeeds."""
+    from jenga.baselines.sglang_unified import HIGH, LOW, UnifiedArenaPool
+
+    def arena():
+        # 10 x 100 B usable after a 100 B sink; type 0 (full, 100 B pages) grows down, type 1 (SWA) up
+        return UnifiedArenaPool([100, 100], [HIGH, LOW], [100, 100], 1100, [1, 1], enable_cache=True)
+
+    p = arena()
+    swa = p.alloc_many(1, "a", 6)
+    full = p.alloc_many(0, "a", 4)
+    assert p.gap_bytes == 0
+    p.cache_many(1, swa, 1, [1, 2, 3, 4, 5, 6])        # 600 B of cached SWA, no cached full page
+    assert not p.sure_fit_evicting({0: 2}, "b")
+    every_band = p.gap_bytes + sum(p.evictor.count(u) * p.page_bytes[u] for u in range(2))
+    assert every_band >= 200                          # what a bound over every band would count
+    assert p.alloc(0, "b") is None                    # and the allocation indeed fails
+    q = arena()
+    full = q.alloc_many(0, "a", 4)
+    swa = q.alloc_many(1, "a", 6)
+    q.cache_many(0, full, 1, [1, 2, 3, 4])            # 400 B of cached full pages
+    assert q.sure_fit_evicting({0: 3}, "b") and not q.sure_fit_evicting({0: 5}, "b")
+    assert not q.sure_fit_evicting({0: 3}, "b", pinned=[(0, full[0]), (0, full[1])])
+    assert len(q.alloc_many(0, "b", 3)) == 3

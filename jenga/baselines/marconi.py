@@ -93,6 +93,14 @@ class MarconiManager(JengaManager):
         if self.enable_prefix_cache and request.request_id not in self._points:
             self._points[request.request_id] = self.admission_points(request)
 
+    def _allocate_new(self, request, n: int) -> bool:
+        # The points are decided at admission: a refused admission forgets them (it changes
+        # nothing), and the retry decides them again from the cache as it is then.
+        ok = super()._allocate_new(request, n)
+        if not ok:
+            self._points.pop(request.request_id, None)
+        return ok
+
     def free(self, request) -> None:
         super().free(request)
         self._points.pop(request.request_id, None)

@@ -350,7 +350,10 @@ class SglangPools(PagedManager):
 
     # -- MambaRadixCache (no_buffer): one state at the end of the cached prompt -------------------
     def checkpoint_positions(self, rs, t, prev, T):
-        return (rs.prompt_len,) if prev < rs.prompt_len <= T else ()
+        # The radix tree keys whole pages (page_size, 1 by default): a prompt end inside a page
+        # has no node to hang the state on, so nothing is cached there.
+        L = rs.prompt_len
+        return (L,) if prev < L <= T and L % self.hash_block == 0 else ()
 
     def checkpoint_hit(self, t, hasher, L):
         if self.types[t].policy.pages_per_state != 1:

@@ -183,6 +183,34 @@ class UnifiedArenaPool(CachedPages):
         """Sound: every page of ``demand`` fits in the gap, whatever the order."""
         return sum(n * self.page_bytes[t] for t, n in demand.items()) <= self.gap_bytes
 
+    def sure_fit_evicting(self, demand: dict[int, int], owner: object, pinned=(), released=()) -> bool:
+        """A sound bound: True only when :meth:`alloc` of ``demand`` (pages per type, taken in type
+        order, after the cached pages ``pinned`` -- ``(t, sid)`` -- are hit) cannot fail, so the
+        manager needs no undo log. Type t's room is the gap plus the cached bytes of the bands it
+        may evict: evicting there moves bytes from cached to the gap (room unchanged), evicting
+        elsewhere (a cascade) only adds to the gap, and every page taken before t's, of any type,
+        spends gap. So it fits when, for each t in order, the bytes of every page up to t's are
+        within that room (which also makes :meth:`can_fit` agree). ``released`` (pages released
+        first) only adds room and is not counted."""
+        if self.sure_fit(demand, owner):
+            return True
+        ev = self.evictor
+        if ev is None:
+            return False
+        n = len(self.page_bytes)
+        cached = [0, 0, 0]
+        for u in range(n):
+            cached[self.band[u]] += ev.count(u) * self.page_bytes[u]
+        for t, sid in pinned:
+            if ev.contains(t, sid):
+                cached[self.band[t]] -= self.page_bytes[t]
+        gap, need = self.gap_bytes, 0
+        for t in sorted(demand):
+            need += demand[t] * self.page_bytes[t]
+            if need > gap + sum(cached[b] for b in self._allowed(t)):
+                return False
+        return True
+
     def can_fit(self, demand: dict[int, int]) -> bool:
         """Bytes suffice counting the cached pages each band may evict (an upper bound: a page must
         fit whole, which only trying tells; the manager's undo log covers a failed try)."""
