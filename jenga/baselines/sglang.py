@@ -216,6 +216,7 @@ class SglangPools(PagedManager):
         # full KV, and the parent key of each key registered in the first of them (None: the root).
         self._full_types = [t for t, s in enumerate(self.specs) if type(s) is FullAttentionSpec]
         self._tree_type = self._full_types[0] if self._swa_types else -1
+        self._node_types = self._full_types + self._swa_types   # the types a radix node's KV spans
         self._parent: dict = {}
         self._kids: dict = {}
 
@@ -273,7 +274,7 @@ class SglangPools(PagedManager):
     def _is_leaf(self, key) -> bool:
         """No full page, cached or held, extends ``key``'s prefix (``len(node.children) == 0``)."""
         kids = self._kids.get(key)
-        return not kids or not any(c in self.index[f] for c in kids for f in self._full_types)
+        return not kids or all(self.index[f].keys().isdisjoint(kids) for f in self._full_types)
 
     def _in_pool_cache(self, t: int, sid: int) -> bool:
         """Page ``sid`` is still in its pool's cache (a batch eviction takes pages out of the pool
@@ -286,7 +287,7 @@ class SglangPools(PagedManager):
         """Free the node of ``key``: every full type's cached, unheld page and every SWA type's
         cached, unheld page of that key leave the pools and the index. True when no full page of
         the key is left (a held one stays: ``full_lock_ref > 0``)."""
-        for t in self._full_types + self._swa_types:
+        for t in self._node_types:
             sid = self.index[t].get(key)
             if sid is not None and not self.ref[t].get(sid, 0) and self._in_pool_cache(t, sid):
                 self.pool.from_cached(t, sid)

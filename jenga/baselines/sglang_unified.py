@@ -157,6 +157,8 @@ class UnifiedArenaPool(CachedPages):
         self.large_page_bytes = max(page_bytes)
         self._j: Journal | None = None
         self._layout: dict | None = None
+        # The types whose cached pages a shortfall of each type may evict (fixed at start).
+        self._victim_types = [[u for u in range(n) if bands[u] in self._allowed(t)] for t in range(n)]
 
     # -- the gap ------------------------------------------------------------------------------------
     @property
@@ -230,15 +232,15 @@ class UnifiedArenaPool(CachedPages):
     # -- pages --------------------------------------------------------------------------------------
     def _victim(self, t: int) -> tuple[int, int] | None:
         """The least recently used cached page among the bands a shortfall of ``t`` may evict."""
-        if self.evictor is None:
+        ev = self.evictor
+        if ev is None:
             return None
         best, best_key = None, None
-        allowed = self._allowed(t)
-        for u in range(len(self.page_bytes)):
-            if self.band[u] not in allowed or not self.evictor.count(u):
+        for u in self._victim_types[t]:
+            if not ev.count(u):
                 continue
-            v = self.evictor.peek_lru(u)
-            key = self.evictor.key_of(*v)
+            v = ev.peek_lru(u)
+            key = ev.key_of(*v)
             if best_key is None or key < best_key:
                 best, best_key = v, key
         return best
