@@ -2,9 +2,10 @@
 
 One *stream* is drawn from one seed: a system (every name in :data:`jenga.SYSTEM_NAMES`, the
 oracle included; with ``--all-systems`` every registry name, the study variants and the what-if
-rules too, a stream whose system refuses its mix at start-up counted apart), a layer mix (:data:`MIXES`: full, sliding window, chunked local, token drop,
-cross-attention, vision embeddings, Mamba, KV sharing, coprime page sizes), ``tokens_per_page``,
-prefix caching on or off and a capacity from one page of every type to a few dozen; then a list of
+rules too, a stream whose what-if rule refuses its mix at start-up counted apart), a layer mix
+(:data:`MIXES`: full, sliding window, chunked local, token drop, cross-attention, vision
+embeddings, Mamba, KV sharing, coprime page sizes), ``tokens_per_page``, prefix caching on or off
+and a capacity from one page of every type to a few dozen; then a list of
 operations a scheduler could issue: new requests (``lookup_prefix`` then a first ``allocate``,
 prompts sharing prefixes so that the cache hits), prefill chunks, decode tokens, allocations far too
 large to fit, ``allocate(r, 0)``, engine steps (``begin_step``), frees, double frees and frees of
@@ -154,13 +155,16 @@ def make_stream_manager(rng: random.Random, system: str, mix: str):
                 tpp, cache, capacity
         except SpecError:
             capacity *= 2  # too small for one page of every type (static partition: one large page each)
+    if jenga.registry.REGISTRY[system].cell:  # a cell system starts on every mix: its refusal is a failure
+        raise RuntimeError(f"no capacity fits {system} {mix}")
     raise Refused(f"{system} refuses mix {mix} at every capacity")
 
 
 class Refused(Exception):
-    """The system refuses the layer mix at start-up, whatever the capacity (an engine rule: e.g.
-    TensorRT-LLM's pools start only on its hybrid-linear families, vLLM with its hybrid manager
-    off refuses Mamba): not a failure, counted apart."""
+    """A study or what-if system refuses the layer mix at start-up, whatever the capacity (an
+    engine rule: TensorRT-LLM's pools start only on its hybrid-linear families, vLLM with its
+    hybrid manager off refuses Mamba): not a failure, counted apart. (A cell system that refuses
+    is a failure.)"""
 
 
 def run_stream(seed: int, num_ops: int = 60, system: str | None = None, mix: str | None = None,
