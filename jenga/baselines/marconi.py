@@ -93,11 +93,11 @@ class MarconiManager(JengaManager):
         if self.enable_prefix_cache and request.request_id not in self._points:
             self._points[request.request_id] = self.admission_points(request)
 
-    def _allocate_new(self, request, n: int) -> bool:
+    def allocate(self, request, num_new_tokens: int) -> bool:
         # The points are decided at admission: a refused admission forgets them (it changes
         # nothing), and the retry decides them again from the cache as it is then.
-        ok = super()._allocate_new(request, n)
-        if not ok:
+        ok = super().allocate(request, num_new_tokens)
+        if not ok and request.request_id not in self.reqs:
             self._points.pop(request.request_id, None)
         return ok
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.study.run import run_tasks
 from harness.study.whatif.common import SIM_NOTE, args, simulate, source_line
 from harness.workloads import sessions as ww
 
@@ -21,8 +22,6 @@ def variants(study):
 
 def run(study: dict, out: Path, jobs: int = 1) -> list[dict]:
     """One row per variant, the variants in ``jobs`` processes."""
-    from harness.study.run import run_tasks
-
     rows = run_tasks(_variant_row, [(study, v) for v in variants(study)], jobs, "variants", progress=False)
     _figure(study, rows, out)
     return rows

@@ -8,6 +8,7 @@ from itertools import chain
 from pathlib import Path
 
 from harness import whatif as w
+from harness.study.run import run_tasks
 from harness.study.whatif.common import SIM_NOTE, args, simulate
 from harness.workloads import sessions as ww
 
@@ -15,8 +16,6 @@ from harness.workloads import sessions as ww
 def run(study: dict, out: Path, jobs: int = 1) -> list[dict]:
     """Every model x workload x rule; the model x workload cells in ``jobs`` processes (each cell's
     rows do not depend on the others or on the order: the simulator is deterministic)."""
-    from harness.study.run import run_tasks
-
     tasks = [(entry, wl, study["rules"], study["max_model_len"], study["num_requests"])
              for entry in study["models"] for wl in study["workloads"]]
     rows = list(chain.from_iterable(run_tasks(_cell_rows, tasks, jobs, "summary", progress=False)))

@@ -10,14 +10,13 @@ from itertools import chain
 from pathlib import Path
 
 from harness import whatif as w
+from harness.study.run import run_tasks
 from harness.study.whatif.common import SIM_NOTE, args, simulate, source_line
 from harness.workloads import sessions as ww
 
 
 def run(study: dict, out: Path, jobs: int = 1) -> list[dict]:
     """Each variant's per-request hits, the variants in ``jobs`` processes."""
-    from harness.study.run import run_tasks
-
     parts = run_tasks(_variant_rows, [(study, v) for v in study["variants"]], jobs, "variants", progress=False)
     rows = list(chain.from_iterable(r for r, _ in parts))
     _figure(study, rows, out, parts[0][1])
