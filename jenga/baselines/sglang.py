@@ -274,7 +274,11 @@ class SglangPools(PagedManager):
     def _is_leaf(self, key) -> bool:
         """No full page, cached or held, extends ``key``'s prefix (``len(node.children) == 0``)."""
         kids = self._kids.get(key)
-        return not kids or all(self.index[f].keys().isdisjoint(kids) for f in self._full_types)
+        if kids:
+            for f in self._full_types:  # a loop, not all(<genexpr>): asked once per evicted page
+                if not self.index[f].keys().isdisjoint(kids):
+                    return False
+        return True
 
     def _in_pool_cache(self, t: int, sid: int) -> bool:
         """Page ``sid`` is still in its pool's cache (a batch eviction takes pages out of the pool
@@ -302,8 +306,13 @@ class SglangPools(PagedManager):
         if not self.phase2_tombstone_walk:
             return
         parent = self._parent.get(key)
-        while (parent is not None and not any(parent in self.index[u] for u in self._swa_types)
-               and self._is_leaf(parent) and self._free_node(parent)):
+        swa_index = [self.index[u] for u in self._swa_types]
+        while parent is not None and self._is_leaf(parent):
+            for idx in swa_index:
+                if parent in idx:
+                    return  # not a tombstone
+            if not self._free_node(parent):
+                return
             parent = self._parent.get(parent)
 
     def _on_evict(self, t: int, sid: int) -> None:
