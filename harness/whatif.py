@@ -590,14 +590,18 @@ def _simulate_job(job: tuple[str, dict]) -> dict:
     return simulate(rule, a, prof, requests, opts)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _workers(a: Args, n_jobs: int) -> int:
     if a.jobs is not None:
         return max(1, min(a.jobs, n_jobs))
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, n_jobs))
+    return max(1, min(usable_cores(), n_jobs))
 
 
 def run_simulations(a: Args, prof, requests, jobs: list[tuple[str, dict]]) -> dict:

@@ -169,6 +169,13 @@ class UnifiedArenaPool(CachedPages):
     def _evictable(self, t: int) -> int:
         return self.evictor.count(t) if self.evictor is not None else 0
 
+    def _cached_band_bytes(self) -> list[int]:
+        """Bytes of cached (evictable) pages per band."""
+        out = [0, 0, 0]
+        for t in range(len(self.page_bytes)):
+            out[self.band[t]] += self._evictable(t) * self.page_bytes[t]
+        return out
+
     def _allowed(self, t: int) -> set[int]:
         b = self.band[t]
         return {b} | self.donors.get(b, set())
@@ -199,10 +206,7 @@ class UnifiedArenaPool(CachedPages):
         ev = self.evictor
         if ev is None:
             return False
-        n = len(self.page_bytes)
-        cached = [0, 0, 0]
-        for u in range(n):
-            cached[self.band[u]] += ev.count(u) * self.page_bytes[u]
+        cached = self._cached_band_bytes()
         for t, sid in pinned:
             if ev.contains(t, sid):
                 cached[self.band[t]] -= self.page_bytes[t]
@@ -216,9 +220,7 @@ class UnifiedArenaPool(CachedPages):
     def can_fit(self, demand: dict[int, int]) -> bool:
         """Bytes suffice counting the cached pages each band may evict (an upper bound: a page must
         fit whole, which only trying tells; the manager's undo log covers a failed try)."""
-        ev = [0, 0, 0]
-        for t in range(len(self.page_bytes)):
-            ev[self.band[t]] += self._evictable(t) * self.page_bytes[t]
+        ev = self._cached_band_bytes()
         need = [0, 0, 0]
         for t, n in demand.items():
             need[self.band[t]] += n * self.page_bytes[t]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import importlib
 import inspect
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from harness.study.whatif import STUDIES
+from harness.whatif import usable_cores
 
 
 def _load(path: str) -> dict:
@@ -57,13 +57,6 @@ def _num(v: str):
 def read_csv(path: Path) -> list[dict]:
     with path.open() as f:
         return [{k: _num(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def main(argv: list[str] | None = None) -> int:
