@@ -12,6 +12,7 @@ paper (7 in wide); each figure written as PNG and PDF.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -83,9 +84,40 @@ def save(fig: plt.Figure, path: str | Path, dpi: float = 200, bbox_inches: str |
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi, bbox_inches=bbox_inches)
-    fig.savefig(path.with_suffix(".pdf"), bbox_inches=bbox_inches, metadata=PDF_METADATA)
+    pdf = path.with_suffix(".pdf")
+    fig.savefig(pdf, bbox_inches=bbox_inches, metadata=PDF_METADATA)
+    pdf.write_bytes(stable_subset_tags(pdf.read_bytes()))
     plt.close(fig)
     return path
+
+
+# A font subset's name in a PDF's font dictionaries: "/BaseFont /EEZAWI+DejaVuSans" (also after
+# /FontName and /Name); the six letters are the subset tag (PDF 1.7 section 9.6.4).
+_SUBSET_TAG = re.compile(rb"(/(?:BaseFont|FontName|Name) /)([A-Z]{6})(?=\+)")
+
+
+def stable_subset_tags(pdf: bytes) -> bytes:
+    """The PDF with each distinct font-subset tag replaced by one named by its order of first
+    appearance (AAAAAA, AAAAAB, ...). matplotlib derives a tag from the hash of the subset's glyph
+    ids (``PdfFile._get_subset_prefix``), and the ids differ between the bundled and a system copy
+    of DejaVu Sans, whichever the font cache picks, so the same drawing got different bytes on
+    two machines. Distinct tags stay distinct, same-length text keeps every xref offset valid."""
+    order: dict[bytes, bytes] = {}
+
+    def tag(m: re.Match) -> bytes:
+        new = order.setdefault(m.group(2), _letters(len(order)))
+        return m.group(1) + new
+
+    return _SUBSET_TAG.sub(tag, pdf)
+
+
+def _letters(i: int) -> bytes:
+    """``i`` in base 26 as six capital letters (0 -> AAAAAA)."""
+    out = bytearray(b"A" * 6)
+    for k in range(5, -1, -1):
+        i, d = divmod(i, 26)
+        out[k] += d
+    return bytes(out)
 
 
 def _wrap(lines: Iterable[str], width: int = 160) -> str:
