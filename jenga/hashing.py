@@ -29,6 +29,7 @@ images never collide. Computed once per request and extended as output tokens ar
 from __future__ import annotations
 
 import functools
+from operator import mul
 
 import numpy as np
 
@@ -145,7 +146,7 @@ class BlockHasher:
             r, toks = _mult_list(B), self._token_list(j0 * B, j1 * B)
             H, append = self._H, self.hashes.append
             for q in range(j1 - j0):
-                s = sum(map(int.__mul__, toks[q * B:(q + 1) * B], r)) + imgs.get(j0 + q, 0)
+                s = sum(map(mul, toks[q * B:(q + 1) * B], r)) + imgs.get(j0 + q, 0)
                 H = (H * P + fmix(s & MASK)) & MASK
                 append(fmix(H))
             self._H = H

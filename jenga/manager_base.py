@@ -457,7 +457,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 data = list(map(shared.setdefault, sids, repeat(tpp * bpt)))
                 self.dup_bytes += sum(data)
                 pins.extend(zip(repeat(t), sids, repeat(None), data))
-                ref.update(zip(sids, map((1).__add__, refs)))
+                ref.update(zip(sids, [r + 1 for r in refs]))
                 pages.update(js)
                 js = ()
             for j, sid in js:
@@ -689,7 +689,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                     del shared[sid]
             self.dup_bytes -= dup
             js, sids = sole_js, sole
-        _consume(map(ref.__delitem__, sids))
+        for sid in sids:
+            del ref[sid]
         if not self.enable_prefix_cache:
             for s in sids:
                 page_key.pop(s, None)
@@ -732,7 +733,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             cached, cached_js = list(compress(sids, owned)), list(compress(js, owned))
             freed = list(compress(sids, map(not_, owned)))
             _consume(map(page_key.pop, freed, repeat(None)))
-        self._hand_to_pool(t, cached, ts, list(map(tpp.__mul__, map((1).__add__, cached_js))), freed)
+        self._hand_to_pool(t, cached, ts, [(j + 1) * tpp for j in cached_js], freed)
 
     def _hand_to_pool(self, t: int, cached_sids, ts: int, cached_plens, freed) -> None:
         """Released pages to the pool: the cached ones in one batch, then the freed ones (its

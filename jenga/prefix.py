@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from itertools import accumulate, compress, groupby, islice, repeat
+from itertools import accumulate, compress, islice, repeat
 from operator import eq, itemgetter
 
-from jenga.evictor import _consume
 from jenga.hashing import BlockHasher
 from jenga.interface import RequestView
 from jenga.policies import FullPolicy, ImageInfo, cdiv
@@ -239,17 +238,22 @@ class PrefixCacheMixin:
         self._evictions += len(pages)
         page_key, index, copies = self.page_key, self.index, self.keep_block_copies
         if not copies:
-            # Per run of one type's pages (a large page's, a flat pool's): the keys popped and
-            # the index entries the evicted pages own deleted, each in one C-level pass. Which
-            # entries go does not depend on the order (a key has one owner).
-            for t, run in groupby(pages, _first):
-                sids = list(map(_second, run))
+            # Per type: the keys popped in one C-level pass, the index entries the evicted pages
+            # own deleted in a plain loop (map of a dict's __delitem__ is a slot wrapper, slower
+            # than the loop). Which entries go does not depend on the order (a key has one
+            # owner), nor what the dicts hold after.
+            types = set(map(_first, pages))
+            for t in types:
+                # A flat pool's shared queue hands the types' pages interleaved (aligned eviction):
+                # one pass per type, not one per stretch of a type.
+                sids = list(map(_second, pages)) if len(types) == 1 else [s for u, s in pages if u == t]
                 idx = index[t]
                 keys = list(map(page_key[t].pop, sids, repeat(None)))
                 owners = list(map(idx.get, keys))
                 if owners != sids:
                     keys = list(compress(keys, map(eq, owners, sids)))
-                _consume(map(idx.__delitem__, keys))
+                for key in keys:
+                    del idx[key]
             return
         copy_key, copies_of = self.copy_key, self.copies
         for t, sid in pages:
