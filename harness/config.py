@@ -345,8 +345,10 @@ def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) 
     once per distinct choice and kept; the config overrides (``seed=1``, ``dataset.num_requests=4``)
     are then applied to a copy with the rules ``compose`` applies after the defaults list
     (:func:`_apply_config_overrides`, through OmegaConf's public API). A study's seeds and per-cell
-    values so pay one composition per model x dataset x gpu x system x backend x mode, not one per
-    cell; tests/test_config.py checks every experiment cell against a whole ``compose``."""
+    values so pay one composition per model x dataset x gpu x backend x mode, not one per cell (a
+    second system of the same choices is the first's composition with its ``system`` node swapped,
+    :func:`_other_system`); tests/test_config.py checks every experiment cell against a whole
+    ``compose``."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -366,8 +368,15 @@ def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) 
             if key not in _DEFAULTS_COMPOSED:
                 if len(_DEFAULTS_COMPOSED) >= 1024:
                     _DEFAULTS_COMPOSED.clear()
-                base, choices = _hydra_compose(groups, conf)
-                _DEFAULTS_COMPOSED[key] = pickle.dumps(base), choices
+                    _BY_OTHER_GROUPS.clear()
+                entry = _other_system(groups, key[1:], conf)
+                if entry is None:
+                    base, choices = _hydra_compose(groups, conf)
+                    entry = pickle.dumps(base), choices
+                _DEFAULTS_COMPOSED[key] = entry
+                rest = _without_system(groups)
+                if rest is not None:
+                    _BY_OTHER_GROUPS.setdefault(rest + key[1:], key)
             base, choices = _DEFAULTS_COMPOSED[key]
             cfg = pickle.loads(base)
             if values:
@@ -379,6 +388,44 @@ def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) 
 
 
 _DEFAULTS_COMPOSED: dict[tuple, tuple[bytes, dict[str, str]]] = {}
+# The other group choices (and conf, stamp) -> a key of _DEFAULTS_COMPOSED composed with them.
+_BY_OTHER_GROUPS: dict[tuple, tuple] = {}
+
+
+def _without_system(groups: list[str]) -> tuple[str, ...] | None:
+    """The group overrides but the one ``system=``, or None unless exactly one names the system."""
+    rest = tuple(g for g in groups if g.split("=", 1)[0] != "system")
+    return rest if len(rest) == len(groups) - 1 else None
+
+
+def _other_system(groups: list[str], tail: tuple, conf: Path) -> tuple[bytes, dict[str, str]] | None:
+    """The defaults composition of ``groups`` from one composed with the same other choices and
+    another system: a copy with its ``system`` node replaced by the chosen system file merged over
+    its schema (``SystemConf``), which is what Hydra's compose puts there -- no other config file
+    writes under ``system`` and a system file has no defaults list of its own (checked here: else
+    None, and the caller composes whole). A study's four systems of one model so pay one Hydra
+    compose, not four (~0.2 s each; issue 20); tests/test_config.py compares every study cell with
+    one whole compose."""
+    rest = _without_system(groups)
+    done = _BY_OTHER_GROUPS.get(rest + tail) if rest is not None else None
+    if done is None:
+        return None
+    name = next(g for g in groups if g.split("=", 1)[0] == "system").split("=", 1)[1]
+    node = OmegaConf.load(conf / "system" / f"{name}.yaml")
+    if not isinstance(node, DictConfig) or "defaults" in node:
+        return None
+    from omegaconf.errors import OmegaConfBaseException
+
+    kept = _DEFAULTS_COMPOSED.get(done)
+    if kept is None:
+        return None
+    base, choices = kept
+    cfg = pickle.loads(base)
+    try:
+        cfg.system = OmegaConf.merge(OmegaConf.structured(SystemConf), node)
+    except OmegaConfBaseException:
+        return None  # a bad system file: Hydra's own compose names the problem
+    return pickle.dumps(cfg), {**choices, "system": name}
 
 
 def _apply_config_overrides(overrides: list, cfg: DictConfig) -> None:

@@ -223,6 +223,59 @@ def test_two_step_composition_composes_each_group_choice_once(monkeypatch):
     assert calls == [["model=ministral_8b"], ["model=gemma3_12b"]]
 
 
+def test_systems_of_one_cell_share_one_hydra_composition(monkeypatch):
+    """Five systems of one model and dataset: one Hydra compose, the other four derived from it (the
+    system node swapped, harness.config._other_system), each equal to its own whole compose
+    (per-engine options included) and checked with its own system's choices. Negative control:
+    another dataset composes again."""
+    from omegaconf import OmegaConf
+
+    from harness import config
+
+    calls = []
+    real = config._hydra_compose
+    monkeypatch.setattr(config, "_DEFAULTS_COMPOSED", {})
+    monkeypatch.setattr(config, "_BY_OTHER_GROUPS", {})
+    monkeypatch.setattr(config, "_hydra_compose", lambda ov, conf: calls.append(list(ov)) or real(ov, conf))
+    cells = [["model=gemma3_12b", "dataset=arxiv_qa", f"system={s}", "seed=1", "engine.engine_version=v1"]
+             for s in ("vllm", "max_page", "static_partition", "jenga", "sglang_unified")]
+    two = [OmegaConf.to_yaml(config._compose_cell(ov, CONF_DIR)) for ov in cells]
+    assert calls == [["model=gemma3_12b", "dataset=arxiv_qa", "system=vllm"]]
+    config._compose_cell(["model=gemma3_12b", "dataset=mmlu_pro", "system=jenga"], CONF_DIR)
+    assert len(calls) == 2
+    assert two == [_whole(ov) for ov in cells]
+    assert len(set(two)) == len(cells)
+
+
+def test_a_system_file_the_swap_cannot_take_is_composed_whole(conf_copy, monkeypatch):
+    """A system file with a defaults list of its own is composed by Hydra, not swapped in; a system
+    file with an unknown key gives Hydra's own error whether or not another system of the cell was
+    composed first (the negative control of the swap's merge)."""
+    from harness import config
+
+    calls = []
+    real = config._hydra_compose
+    monkeypatch.setattr(config, "_DEFAULTS_COMPOSED", {})
+    monkeypatch.setattr(config, "_BY_OTHER_GROUPS", {})
+    monkeypatch.setattr(config, "_hydra_compose", lambda ov, conf: calls.append(list(ov)) or real(ov, conf))
+    f = conf_copy / "system" / "max_page.yaml"
+    f.write_text("defaults:\n  - _self_\n" + f.read_text())
+    bad = conf_copy / "system" / "static_partition.yaml"
+    bad.write_text(bad.read_text() + "bogus_key: 1\n")
+    config._compose_cell(["model=gemma3_12b", "system=vllm"], conf_copy)
+    cfg = config._compose_cell(["model=gemma3_12b", "system=max_page"], conf_copy)
+    assert len(calls) == 2 and cfg.system.name == "max_page"
+    assert config._compose_cell(["model=gemma3_12b", "system=jenga"], conf_copy).system.name == "jenga"
+    assert len(calls) == 2  # jenga's file the swap takes (the positive control in this folder)
+    with pytest.raises(ConfigError) as after_swap:
+        config._compose_cell(["model=gemma3_12b", "system=static_partition"], conf_copy)
+    monkeypatch.setattr(config, "_DEFAULTS_COMPOSED", {})
+    monkeypatch.setattr(config, "_BY_OTHER_GROUPS", {})
+    with pytest.raises(ConfigError) as alone:
+        config._compose_cell(["model=gemma3_12b", "system=static_partition"], conf_copy)
+    assert "bogus_key" in str(alone.value) and str(after_swap.value) == str(alone.value)
+
+
 @pytest.mark.parametrize("ov, needle", [
     (["seed=abc"], "seed"),
     (["model.no_such_key=1"], "no_such_key"),

@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
-from harness.config import ConfigError, compose_cell, copy_config, options, validate
+from harness.config import GROUPS, ConfigError, compose_cell, copy_config, options, validate
 from harness.records import REPO_ROOT, finished_record
 from harness.run import cell_dir
 from harness.study import plan as planner
@@ -121,16 +121,22 @@ def check_cells(cells: Sequence[tuple[str, list[str]]], jobs: int = 1,
     configs; raises one :class:`UsageError` listing each distinct problem once (a typo shared by
     42 cells is one line, not 42). Cells that differ only in ``seed=`` are composed once (Hydra's
     compose is the slow part, ~0.2 s each) and get their seed set on a copy, then checked again;
-    with ``jobs`` > 1 the distinct compositions run in the study's process pool (the one its cells
-    then run in, so its workers have started by then); ``while_waiting`` runs in this process while
-    they compose (:func:`harness.study.run.run_tasks`)."""
+    cells that differ only in the system share one Hydra compose too, so they are composed in one
+    process, one task each family. With ``jobs`` > 1 the families run in the study's process pool
+    (the one its cells then run in, so its workers have started by then); ``while_waiting`` runs
+    in this process while they compose (:func:`harness.study.run.run_tasks`)."""
     keys: dict[tuple, list[str]] = {}
     for _label, overrides in cells:
         key, seeds = _split_seed(overrides)
         keys.setdefault(key, list(key) + seeds[-1:])
-    composed = dict(zip(keys, run.run_tasks(_compose_or_error, [(ov,) for ov in keys.values()],
-                                            jobs if len(keys) > 1 else 1, "compose", False,
-                                            while_waiting=while_waiting)))
+    # Compositions that differ only in the system go to one worker together: it composes the
+    # first whole and derives the others from it (harness.config._other_system).
+    families: dict[tuple, list[tuple]] = {}
+    for key, ov in keys.items():
+        families.setdefault(_family(ov), []).append(key)
+    done = run.run_tasks(_compose_all, [([keys[k] for k in fam],) for fam in families.values()],
+                         jobs if len(families) > 1 else 1, "compose", False, while_waiting=while_waiting)
+    composed = {k: cfg for fam, cfgs in zip(families.values(), done) for k, cfg in zip(fam, cfgs)}
     cfgs, problems = [], {}
     for label, overrides in cells:
         key, seeds = _split_seed(overrides)
@@ -160,6 +166,16 @@ def _split_seed(overrides: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
     """(the overrides but ``seed=``, the ``seed=`` overrides): cells equal but for the seed share one
     composition."""
     return tuple(o for o in overrides if not o.startswith("seed=")), [o for o in overrides if o.startswith("seed=")]
+
+
+def _family(overrides: Sequence[str]) -> tuple[str, ...]:
+    """The group overrides but ``system=``: cells alike in these share a Hydra composition."""
+    return tuple(o for o in overrides if o.split("=", 1)[0] in GROUPS and not o.startswith("system="))
+
+
+def _compose_all(family: list[list[str]]) -> list[Any]:
+    """:func:`_compose_or_error` of each override list, in one process (see check_cells)."""
+    return [_compose_or_error(ov) for ov in family]
 
 
 def _compose_or_error(overrides: list[str]) -> Any:
