@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_fakes import tiny_engine, tiny_gpu, tiny_profile
 
@@ -153,3 +153,19 @@ def test_fp8_profiling_peak_adds_the_quantized_mlp_input():
     bf16 = CostModel(tiny_profile(active_params=10**9), tiny_gpu(), eng).activation_peak_bytes()
     fp8 = CostModel(tiny_profile(active_params=10**9, weight_dtype_bytes=1), tiny_gpu(), eng)
     assert fp8.activation_peak_bytes() - bf16 == 4096 * 4096 * costmod.FP8_QUANT_INPUT_BYTES
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(1, 9000), c=st.integers(0, 200_000))
+def test_one_token_decode_closed_forms_equal_the_general_sums(size, c):
+    """step_time sums a batch's one-token decodes of sliding and chunked layers in closed form
+    (min(c + 1, W) and (c mod chunk) + 1 keys each); they must equal _span_sum and _keys_read at
+    n = 1, which the prefill entries still use. Negative control: at n = 2 the forms differ."""
+    from types import SimpleNamespace
+
+    from harness.backends.cost.model import _keys_read, _span_sum
+
+    spec = SimpleNamespace(window=size, chunk=size)
+    assert _span_sum("sliding", spec, c, 1) == _keys_read("sliding", spec, c, 1) == (c + 1 if c < size else size)
+    assert _span_sum("chunked", spec, c, 1) == _keys_read("chunked", spec, c, 1) == c % size + 1
+    assert _span_sum("sliding", spec, c, 2) != (c + 1 if c < size else size)

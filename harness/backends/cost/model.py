@@ -875,9 +875,21 @@ class CostModel:
             kept = sum(self._kept(memo, spec, c) for c in decode_ctx) + len(decode_ctx)
             attn_pairs += (span_nd + kept) * layers
             kv_bytes += (keys_nd + kept) * nbytes
-        for kind, spec, layers, nbytes in self._local:
-            attn_pairs += sum(_span_sum(kind, spec, e[1], e[0]) for e in batch) * layers
-            kv_bytes += sum(_keys_read(kind, spec, e[1], e[0]) for e in batch) * nbytes
+        if self._local:
+            # A one-token decode at context c attends to, and reads, min(c + 1, W) keys of a
+            # sliding layer and (c mod chunk) + 1 of a chunked one (_span_sum and _keys_read at
+            # n = 1): one comprehension over the decodes, the general sums over the rest only
+            # (integers, so the same totals).
+            rest = [e for e in batch if e[0] != 1] if decode_ctx else batch
+            for kind, spec, layers, nbytes in self._local:
+                if kind == "sliding":
+                    w = spec.window
+                    dec = sum([c + 1 if c < w else w for c in decode_ctx])
+                else:
+                    ch = spec.chunk
+                    dec = sum([c % ch for c in decode_ctx]) + len(decode_ctx)
+                attn_pairs += (dec + sum(_span_sum(kind, spec, e[1], e[0]) for e in rest)) * layers
+                kv_bytes += (dec + sum(_keys_read(kind, spec, e[1], e[0]) for e in rest)) * nbytes
         vision_flops = self._vision_flops_per_token * img_tokens
         if self._vision_on:
             vision_flops += sum(self._vision_extra_flops(e[2]) for e in batch)
