@@ -237,33 +237,35 @@ class PrefixCacheMixin:
             return
         self._evictions += len(pages)
         page_key, index, copies = self.page_key, self.index, self.keep_block_copies
-        if not copies:
-            # Per type: the keys popped in one C-level pass, the index entries the evicted pages
-            # own deleted in a plain loop (map of a dict's __delitem__ is a slot wrapper, slower
-            # than the loop). Which entries go does not depend on the order (a key has one
-            # owner), nor what the dicts hold after.
-            types = set(map(_first, pages))
-            for t in types:
-                # A flat pool's shared queue hands the types' pages interleaved (aligned eviction):
-                # one pass per type, not one per stretch of a type.
-                sids = list(map(_second, pages)) if len(types) == 1 else [s for u, s in pages if u == t]
-                idx = index[t]
-                keys = list(map(page_key[t].pop, sids, repeat(None)))
-                owners = list(map(idx.get, keys))
-                if owners != sids:
-                    keys = list(compress(keys, map(eq, owners, sids)))
-                for key in keys:
-                    del idx[key]
-            return
         copy_key, copies_of = self.copy_key, self.copies
-        for t, sid in pages:
-            key = page_key[t].pop(sid, None)
-            idx = index[t]
-            if key is not None and idx.get(key) == sid:
+        # Per type (a type's keys, index and copies are its own): a flat pool's shared queue hands
+        # the types' pages interleaved (aligned eviction), so one pass per type, not one per
+        # stretch of a type.
+        types = set(map(_first, pages))
+        for t in types:
+            sids = list(map(_second, pages)) if len(types) == 1 else [s for u, s in pages if u == t]
+            pk, idx = page_key[t], index[t]
+            if copies and not (copy_key[t].keys().isdisjoint(sids)
+                               and copies_of[t].keys().isdisjoint(map(pk.get, sids))):
+                # A page that is a remembered copy, or whose key has copies: page by page in
+                # eviction order (an evicted owner hands its key to a copy, which may be next).
+                for sid in sids:
+                    key = pk.pop(sid, None)
+                    if key is not None and idx.get(key) == sid:
+                        del idx[key]
+                    if sid in copy_key[t] or (key is not None and key not in idx and key in copies_of[t]):
+                        self._evict_copy(t, sid, key)
+                continue
+            # No copy involved: the keys popped in one C-level pass, the index entries the evicted
+            # pages own deleted in a plain loop (map of a dict's __delitem__ is a slot wrapper,
+            # slower than the loop). Which entries go does not depend on the order (a key has one
+            # owner), nor what the dicts hold after.
+            keys = list(map(pk.pop, sids, repeat(None)))
+            owners = list(map(idx.get, keys))
+            if owners != sids:
+                keys = list(compress(keys, map(eq, owners, sids)))
+            for key in keys:
                 del idx[key]
-            # _evict_copy, called only where it has something to do
-            if copies and (sid in copy_key[t] or (key is not None and key not in idx and key in copies_of[t])):
-                self._evict_copy(t, sid, key)
 
     def _pin(self, t: int, sid: int, data: int, undo: list) -> None:
         r = self.ref[t].get(sid, 0)
