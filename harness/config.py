@@ -373,10 +373,12 @@ def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) 
                 if entry is None:
                     base, choices = _hydra_compose(groups, conf)
                     entry = pickle.dumps(base), choices
+                    rest = _without_system(groups)
+                    # Other systems may start from this composition only if its system node is
+                    # exactly the system file over its schema (no other file wrote under system).
+                    if rest is not None and base.system == _system_node(choices.get("system"), conf):
+                        _BY_OTHER_GROUPS.setdefault(rest + key[1:], key)
                 _DEFAULTS_COMPOSED[key] = entry
-                rest = _without_system(groups)
-                if rest is not None:
-                    _BY_OTHER_GROUPS.setdefault(rest + key[1:], key)
             base, choices = _DEFAULTS_COMPOSED[key]
             cfg = pickle.loads(base)
             if values:
@@ -401,9 +403,10 @@ def _without_system(groups: list[str]) -> tuple[str, ...] | None:
 def _other_system(groups: list[str], tail: tuple, conf: Path) -> tuple[bytes, dict[str, str]] | None:
     """The defaults composition of ``groups`` from one composed with the same other choices and
     another system: a copy with its ``system`` node replaced by the chosen system file merged over
-    its schema (``SystemConf``), which is what Hydra's compose puts there -- no other config file
-    writes under ``system`` and a system file has no defaults list of its own (checked here: else
-    None, and the caller composes whole). A study's four systems of one model so pay one Hydra
+    its schema (``SystemConf``), which is what Hydra's compose puts there where no other config
+    file writes under ``system`` (checked on the first composition: its node must equal its own
+    system file's) and the system file has no defaults list of its own (else None, and the caller
+    composes whole). A study's four systems of one model so pay one Hydra
     compose, not four (~0.2 s each; issue 20); tests/test_config.py compares every study cell with
     one whole compose."""
     rest = _without_system(groups)
@@ -411,21 +414,32 @@ def _other_system(groups: list[str], tail: tuple, conf: Path) -> tuple[bytes, di
     if done is None:
         return None
     name = next(g for g in groups if g.split("=", 1)[0] == "system").split("=", 1)[1]
-    node = OmegaConf.load(conf / "system" / f"{name}.yaml")
-    if not isinstance(node, DictConfig) or "defaults" in node:
-        return None
-    from omegaconf.errors import OmegaConfBaseException
-
+    node = _system_node(name, conf)
     kept = _DEFAULTS_COMPOSED.get(done)
-    if kept is None:
+    if node is None or kept is None:
         return None
     base, choices = kept
     cfg = pickle.loads(base)
-    try:
-        cfg.system = OmegaConf.merge(OmegaConf.structured(SystemConf), node)
-    except OmegaConfBaseException:
-        return None  # a bad system file: Hydra's own compose names the problem
+    cfg.system = node
     return pickle.dumps(cfg), {**choices, "system": name}
+
+
+def _system_node(name: str | None, conf: Path) -> DictConfig | None:
+    """System file ``name`` merged over ``SystemConf``, or None where that is not what Hydra would
+    compose (no such file, its own defaults list) or the merge fails (Hydra's compose then names
+    the problem)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = conf / "system" / f"{name}.yaml"
+    if name is None or not path.is_file():
+        return None
+    node = OmegaConf.load(path)
+    if not isinstance(node, DictConfig) or "defaults" in node:
+        return None
+    try:
+        return OmegaConf.merge(OmegaConf.structured(SystemConf), node)
+    except OmegaConfBaseException:
+        return None
 
 
 def _apply_config_overrides(overrides: list, cfg: DictConfig) -> None:

@@ -276,6 +276,25 @@ def test_a_system_file_the_swap_cannot_take_is_composed_whole(conf_copy, monkeyp
     assert "bogus_key" in str(alone.value) and str(after_swap.value) == str(alone.value)
 
 
+def test_no_swap_where_another_file_writes_under_system(conf_copy, monkeypatch):
+    """If any other config file writes under ``system`` (here config.yaml's own keys), the first
+    composition's system node is not its system file's, so other systems compose whole and keep
+    that value (a swap would drop it: the negative control is the value itself)."""
+    from harness import config
+
+    calls = []
+    real = config._hydra_compose
+    monkeypatch.setattr(config, "_DEFAULTS_COMPOSED", {})
+    monkeypatch.setattr(config, "_BY_OTHER_GROUPS", {})
+    monkeypatch.setattr(config, "_hydra_compose", lambda ov, conf: calls.append(list(ov)) or real(ov, conf))
+    f = conf_copy / "config.yaml"
+    f.write_text(f.read_text() + "system:\n  options:\n    injected: 1\n")
+    first = config._compose_cell(["model=gemma3_12b", "system=vllm"], conf_copy)
+    second = config._compose_cell(["model=gemma3_12b", "system=max_page"], conf_copy)
+    assert len(calls) == 2
+    assert first.system.options.injected == second.system.options.injected == 1
+
+
 @pytest.mark.parametrize("ov, needle", [
     (["seed=abc"], "seed"),
     (["model.no_such_key=1"], "no_such_key"),
