@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -369,11 +370,11 @@ def _compose_cell(overrides: list[str], conf: Path, stamp: tuple | None = None) 
                 if len(_DEFAULTS_COMPOSED) >= 1024:
                     _DEFAULTS_COMPOSED.clear()
                     _BY_OTHER_GROUPS.clear()
-                entry = _other_system(groups, key[1:], conf)
+                rest = _without_system(groups)
+                entry = _other_system(groups, rest, key[1:], conf)
                 if entry is None:
                     base, choices = _hydra_compose(groups, conf)
                     entry = pickle.dumps(base), choices
-                    rest = _without_system(groups)
                     # Other systems may start from this composition only if its system node is
                     # exactly the system file over its schema (no other file wrote under system).
                     if rest is not None and base.system == _system_node(choices.get("system"), conf):
@@ -394,13 +395,20 @@ _DEFAULTS_COMPOSED: dict[tuple, tuple[bytes, dict[str, str]]] = {}
 _BY_OTHER_GROUPS: dict[tuple, tuple] = {}
 
 
+def other_groups(overrides: Iterable[str]) -> tuple[str, ...]:
+    """The group overrides (``model=...``, ``gpu=...``) but ``system=``: cells alike in these share
+    one Hydra composition (:func:`_other_system`)."""
+    return tuple(o for o in overrides if o.split("=", 1)[0] in GROUPS and not o.startswith("system="))
+
+
 def _without_system(groups: list[str]) -> tuple[str, ...] | None:
-    """The group overrides but the one ``system=``, or None unless exactly one names the system."""
-    rest = tuple(g for g in groups if g.split("=", 1)[0] != "system")
+    """:func:`other_groups` of group overrides, or None unless exactly one names the system."""
+    rest = other_groups(groups)
     return rest if len(rest) == len(groups) - 1 else None
 
 
-def _other_system(groups: list[str], tail: tuple, conf: Path) -> tuple[bytes, dict[str, str]] | None:
+def _other_system(groups: list[str], rest: tuple | None, tail: tuple,
+                  conf: Path) -> tuple[bytes, dict[str, str]] | None:
     """The defaults composition of ``groups`` from one composed with the same other choices and
     another system: a copy with its ``system`` node replaced by the chosen system file merged over
     its schema (``SystemConf``), which is what Hydra's compose puts there where no other config
@@ -409,7 +417,6 @@ def _other_system(groups: list[str], tail: tuple, conf: Path) -> tuple[bytes, di
     composes whole). A study's four systems of one model so pay one Hydra
     compose, not four (~0.2 s each; issue 20); tests/test_config.py compares every study cell with
     one whole compose."""
-    rest = _without_system(groups)
     done = _BY_OTHER_GROUPS.get(rest + tail) if rest is not None else None
     if done is None:
         return None

@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
-from harness.config import GROUPS, ConfigError, compose_cell, copy_config, options, validate
+from harness.config import ConfigError, compose_cell, copy_config, options, other_groups, validate
 from harness.records import REPO_ROOT, finished_record
 from harness.run import cell_dir
 from harness.study import plan as planner
@@ -133,7 +133,7 @@ def check_cells(cells: Sequence[tuple[str, list[str]]], jobs: int = 1,
     # first whole and derives the others from it (harness.config._other_system).
     families: dict[tuple, list[tuple]] = {}
     for key, ov in keys.items():
-        families.setdefault(_family(ov), []).append(key)
+        families.setdefault(other_groups(ov), []).append(key)
     done = run.run_tasks(_compose_all, [([keys[k] for k in fam],) for fam in families.values()],
                          jobs if len(families) > 1 else 1, "compose", False, while_waiting=while_waiting)
     composed = {k: cfg for fam, cfgs in zip(families.values(), done) for k, cfg in zip(fam, cfgs)}
@@ -166,11 +166,6 @@ def _split_seed(overrides: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
     """(the overrides but ``seed=``, the ``seed=`` overrides): cells equal but for the seed share one
     composition."""
     return tuple(o for o in overrides if not o.startswith("seed=")), [o for o in overrides if o.startswith("seed=")]
-
-
-def _family(overrides: Sequence[str]) -> tuple[str, ...]:
-    """The group overrides but ``system=``: cells alike in these share a Hydra composition."""
-    return tuple(o for o in overrides if o.split("=", 1)[0] in GROUPS and not o.startswith("system="))
 
 
 def _compose_all(family: list[list[str]]) -> list[Any]:
