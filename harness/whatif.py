@@ -55,6 +55,7 @@ from harness.models import load_profile
 from harness.workloads import build_workload
 from harness.workloads import sessions as ww
 from harness.workloads.trace import TraceError, load_trace
+from harness.workloads.twins import WorkloadError
 from jenga.baselines.sglang import reported_capacity as sglang_capacity
 from jenga.baselines.sglang_unified import reported_capacity as sglang_unified_capacity
 from jenga.baselines.trtllm import TOKENS_PER_BLOCK as TRTLLM_TOKENS_PER_BLOCK
@@ -435,9 +436,14 @@ def build_requests(a: Args, prof):
         raise WhatIfError(f"workload={a.workload}: unknown; known: {list(GENERATED_WORKLOADS) + group_options('dataset')}")
     cfg = compose(a, dataset=a.workload)
     cfg.dataset.num_requests = a.num_requests
-    if cfg.engine.max_model_len:
-        cfg.dataset.max_len = int(cfg.engine.max_model_len)
-    return build_workload(cfg)
+    # The dataset's requests are capped at the context being asked about (engine.max_model_len, else
+    # the model's own), as the study cells cap theirs: an arXiv article longer than the model's
+    # context is cut, not a crash.
+    cfg.dataset.max_len = _max_model_len(cfg, prof)
+    try:
+        return build_workload(cfg)
+    except WorkloadError as e:
+        raise WhatIfError(f"workload={a.workload}: {e}") from None
 
 
 # -- knob sweep ----------------------------------------------------------------------------------------

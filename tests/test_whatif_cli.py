@@ -233,3 +233,28 @@ def test_rule_options_go_over_the_systems_defaults():
     opts = w.compose(a, "jenga", {"stale_pages_first": False}).system.options
     assert opts["stale_pages_first"] is False and opts["sliding_retention_tokens"] == 192
     assert dict(w.compose(a, "vllm_hma", {"max_model_len": 4096}).system.options) == {"max_model_len": 4096}
+
+
+def test_dataset_workload_is_capped_at_the_context_asked_about():
+    """arXiv-QA's longest articles (~157k tokens) exceed Gemma-3's 131,072-token context: the
+    what-if caps the dataset at the context it answers for (the model's, or engine.max_model_len),
+    as the study cells cap theirs, instead of a traceback."""
+    a = w.parse_args(["model=gemma3_12b", "workload=arxiv_qa", "num_requests=32"])
+    prof = w.profile(a)
+    reqs = w.build_requests(a, prof)
+    assert reqs and max(r.total_len for r in reqs) <= prof.max_model_len
+    a = w.parse_args(["model=gemma3_12b", "workload=arxiv_qa", "num_requests=8", "engine.max_model_len=32768"])
+    assert max(r.total_len for r in w.build_requests(a, prof)) <= 32768
+
+
+def test_workload_error_is_one_error_line(monkeypatch, capsys):
+    """A dataset request the workload builder refuses is one ``error:`` line naming the workload."""
+    from harness.workloads.twins import WorkloadError
+
+    def refuse(cfg):
+        raise WorkloadError("request x-1: prompt 9 + output 1 = 10 tokens exceeds max_model_len=8")
+
+    monkeypatch.setattr(w, "build_workload", refuse)
+    assert w.main(["model=gemma3_12b", "workload=arxiv_qa", "num_requests=2", "--no-sweep"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: workload=arxiv_qa:") and "max_model_len" in err and "\n" not in err
