@@ -54,6 +54,9 @@ PROTECTED_HOOKS: dict[str, str] = {
     "_cacheable": "(rs, t, j) -> bool: may page ``j`` of type ``t`` stay in the cache when released; asked "
                   "once per page as it is registered (computed), so an override may also note the page (sglang.py "
                   "records its parent key) but must change neither the pool nor the index",
+    "_cacheable_run": "None (default), or (rs, t, pages, lo, hi, hs, k) -> None for an override whose "
+                      "``_cacheable`` always returns True: what it notes for the held pages ``lo .. hi-1`` (keys "
+                      "``hs[(j + 1) * k - 1]``), at once, so registration keeps its unrolled path (sglang.py)",
     "_release_pages": "(rs, t, js, stale) -> None: release pages ``js`` of type ``t`` (``stale``: out of "
                       "the window, evicted first)",
     "_snapshot_mamba": "(rs, prev, T) -> None: take the Mamba checkpoints due between ``prev`` and ``T`` "
@@ -61,6 +64,8 @@ PROTECTED_HOOKS: dict[str, str] = {
     "_pin_mamba_checkpoints": "(rs, L) -> None: keep the checkpoints a hit of ``L`` tokens needs",
     "_release_transients": "(rs) -> None: free a request's transient (in-flight Mamba checkpoint) pages "
                            "(with ``hold_last_checkpoints`` n, the n latest per type stay held in ``rs.held_ckpts``)",
+    "_on_evict_many": "(pages) -> None: :meth:`_on_evict` of every ``(t, sid)`` of a pool's batch, in order; "
+                      "an override must leave the state those calls would (sglang.py unrolls its own)",
     "_on_evict": "(t, sid) -> None: the pool evicted cached page ``sid`` of type ``t`` (it is out of the "
                  "pool's cache already): drop its index entry; an override may also take other cached pages "
                  "out of the cache (``pool.from_cached`` + ``pool.free``) and must drop their entries too",
@@ -534,8 +539,12 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         else:
             return  # no token page became full (most decode steps): nothing to register
         cls = type(self)
+        note = cls._cacheable_run
+        if note is not None and note.__qualname__.rsplit(".", 1)[0] != cls._cacheable.__qualname__.rsplit(".", 1)[0]:
+            note = None  # a subclass overrode _cacheable: its batch form is not this one
         plain = (self._j is None and cls._register is PrefixCacheMixin._register
-                 and cls._cacheable is PagedManager._cacheable and cls._register_copy is PrefixCacheMixin._register_copy)
+                 and (cls._cacheable is PagedManager._cacheable or note is not None)
+                 and cls._register_copy is PrefixCacheMixin._register_copy)
         for t, tpp in self._token_tpp:
             pages = rs.pages[t]
             end = computed // tpp
@@ -544,7 +553,11 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 hs, k = rs.hasher.chain(end * tpp), tpp // rs.hasher.block
                 nh = len(hs)
                 if plain:
-                    self._register_run(t, pages, rs.reg[t], min(end, nh // k), hs, k)
+                    # Pages past the known keys (hi .. end-1) would be asked nothing either: no key.
+                    hi = min(end, nh // k)
+                    if note is not None:
+                        note(self, rs, t, pages, rs.reg[t], hi, hs, k)
+                    self._register_run(t, pages, rs.reg[t], hi, hs, k)
                     rs.reg[t] = max(rs.reg[t], end)
                     continue
                 for j in range(rs.reg[t], end):
@@ -591,6 +604,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         """Whether logical page j of type t may enter the cache index (every page here; today's
         vLLM caches sliding-window pages only where a later hit can reach them)."""
         return True
+
+    # An override of _cacheable that always says yes and only notes pages may give its batch form
+    # here (PROTECTED_HOOKS); None sends registration page by page through _cacheable.
+    _cacheable_run = None
 
     def _release_pages(self, rs: ReqState, t: int, js, stale: bool) -> None:
         st = self.types[t]

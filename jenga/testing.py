@@ -137,8 +137,9 @@ def _check_exact(mgr: PagedManager) -> None:
 _NOT_STATE = frozenset({"hasher", "_bases", "image_held", "_j", "on_evict", "_on_evict", "policy", "acct", "specs", "types",
                         "geometry", "_tinfo", "hashes", "_evictions", "_lookup_stamp",
                         # caches of values the pool can recompute (LcmPagePool.lp_newest,
-                        # UnifiedArenaPool.page_offset's compacted layout)
-                        "lp_newest", "_layout"})
+                        # UnifiedArenaPool.page_offset's compacted layout; SglangPools' bound
+                        # references for its unrolled eviction)
+                        "lp_newest", "_layout", "_evict_ctx"})
 
 
 # Dicts only ever looked up (never iterated by the allocator): their insertion order is not state.

@@ -116,6 +116,7 @@ difference that only under-counts Mamba hits here). ``extra_buffer`` (states eve
 from __future__ import annotations
 
 import dataclasses
+from itertools import compress
 
 from jenga.manager_base import PagedManager
 from jenga.pools.flat import PartitionedPool
@@ -195,6 +196,10 @@ def max_running_requests(split: dict, context_len: int) -> int:
     return n
 
 
+# Per class: whether SglangPools' unrolled eviction stands for its methods (SglangPools._unrolled_here).
+_UNROLLED_CLASSES: dict[type, bool] = {}
+
+
 class SglangPools(PagedManager):
     """Separate, statically sized pools per layer kind (see the module docstring)."""
 
@@ -223,6 +228,9 @@ class SglangPools(PagedManager):
     # Switches for negative controls in tests (SGLang does both).
     phase2_frees_leaves = True      # SWARadixCache.evict phase 2: an SWA-evicted leaf loses its full KV
     phase2_tombstone_walk = True    # _iteratively_delete_tombstone_leaf after a leaf's deletion
+    # The unrolled eviction (_evict_nodes) when nothing is logged; off, page by page through the
+    # methods it unrolls (tests compare the two).
+    unrolled = True
 
     def free(self, request) -> None:
         super().free(request)
@@ -271,6 +279,37 @@ class SglangPools(PagedManager):
                 self._kids.setdefault(parent, []).append(key)
         return True
 
+    def _cacheable_run(self, rs, t, pages, lo, hi, hs, k) -> None:
+        """:meth:`_cacheable` of the held pages ``lo .. hi-1`` at once (keys ``hs[(j + 1) * k - 1]``,
+        each one's parent the key one page shorter): the same links, recorded in the same order. A
+        1-token page makes a long prompt ~100k registrations per type (issue 20)."""
+        if t != self._tree_type or lo >= hi:
+            return
+        keys = hs[(lo + 1) * k - 1:hi * k:k]
+        parents = [hs[lo * k - 1] if lo else None, *keys[:-1]]
+        held = list(map(pages.__contains__, range(lo, hi)))
+        if not all(held):
+            keys, parents = list(compress(keys, held)), list(compress(parents, held))
+        if not keys:
+            return
+        parent_of, kids = self._parent, self._kids
+        n0 = len(parent_of)
+        if parent_of.keys().isdisjoint(keys):
+            parent_of.update(zip(keys, parents))
+            if len(parent_of) - n0 == len(keys) and kids.keys().isdisjoint(parents[1:]) \
+                    and parents[0] not in keys:
+                # Every key new and once (so the parents after the first are distinct keys with
+                # no children yet): one list per parent.
+                kids.setdefault(parents[0], []).append(keys[0])
+                kids.update(zip(parents[1:], map(list, zip(keys[1:]))))
+                return
+            for key in keys:  # undone (every one was new), then key by key
+                parent_of.pop(key, None)
+        for key, parent in zip(keys, parents):
+            if key not in parent_of:
+                parent_of[key] = parent
+                kids.setdefault(parent, []).append(key)
+
     def _is_leaf(self, key) -> bool:
         """No full page, cached or held, extends ``key``'s prefix (``len(node.children) == 0``)."""
         kids = self._kids.get(key)
@@ -315,6 +354,110 @@ class SglangPools(PagedManager):
                 return
             parent = self._parent.get(parent)
 
+    def _on_evict_many(self, pages) -> None:
+        """:meth:`_on_evict` of every ``(t, sid)`` in order (a partition evicting a batch)."""
+        if self._j is None and self._unrolled_here():
+            self._evict_nodes(pages)
+            return
+        for t, sid in pages:
+            self._on_evict(t, sid)
+
+    def _unrolled_here(self) -> bool:
+        """Whether :meth:`_evict_nodes` is this manager's eviction: switched on, no block copies,
+        and none of the methods it unrolls overridden (a subclass's override is called instead)."""
+        cls = type(self)
+        ok = _UNROLLED_CLASSES.get(cls)
+        if ok is None:
+            ok = all(getattr(cls, name) is getattr(SglangPools, name) for name in
+                     ("_on_evict", "_free_node", "_is_leaf", "_in_pool_cache", "_delete_tombstone_leaves"))
+            _UNROLLED_CLASSES[cls] = ok
+        return ok and self.unrolled and not self.keep_block_copies
+
+    def _evict_context(self) -> tuple:
+        """What :meth:`_evict_nodes` reads besides the tree's links, built once (the index dicts and
+        the pools never change identity): the node types, the full and SWA types as sets, their
+        index dicts, the SWA types' (index, ref) pairs, and per node type the pool's (is cached,
+        from_cached, free) -- the partition's own methods, which PartitionedPool's forward to."""
+        ctx = self.__dict__.get("_evict_ctx")
+        if ctx is None:
+            index, ref, swa = self.index, self.ref, self._swa_types
+            pools = getattr(self.pool, "pools", None)
+            ops = {}
+            for u in self._node_types:
+                p = pools[u] if pools is not None else self.pool
+                ev = p.evictor
+                ops[u] = (ev.contains if ev is not None else (lambda t, sid: False), p.from_cached, p.free)
+            ctx = (self._node_types, set(self._full_types), set(swa), [index[f] for f in self._full_types],
+                   [index[u] for u in swa], [(index[u], ref[u]) for u in swa], ops)
+            self._evict_ctx = ctx
+        return ctx
+
+    def _evict_nodes(self, pages) -> None:
+        """:meth:`_on_evict` of every ``(t, sid)`` in order with nothing logged and no block copies:
+        the same steps (:meth:`_free_node`, :meth:`_is_leaf`, :meth:`_delete_tombstone_leaves` and
+        the base hook's index drop for every page they free), unrolled into one loop over local
+        names, so the same dict and pool operations in the same order. With 1-token pages a long
+        prompt's eviction is ~100k of these per pool (issue 20)."""
+        page_key, index, ref, swa = self.page_key, self.index, self.ref, self._swa_types
+        node_types, full_set, swa_set, full_idx, swa_idx, swa_held, ops = self._evict_context()
+        # Key views are live. A model has one full and one SWA type as a rule: their one view.
+        full_keys, swa_keys = [i.keys() for i in full_idx], [i.keys() for i in swa_idx]
+        fk = full_keys[0] if len(full_keys) == 1 else None
+        sk = swa_keys[0] if len(swa_keys) == 1 else None
+        phase2, walk = self.phase2_frees_leaves, self.phase2_tombstone_walk
+        parent_of, kids_of = self._parent, self._kids
+        n_ev = 0
+        for t, sid in pages:
+            # PrefixCacheMixin._on_evict: the page's key leaves; its index entry if it owned it.
+            n_ev += 1
+            key = page_key[t].pop(sid, None)
+            if key is None:
+                continue
+            idx = index[t]
+            if idx.get(key) != sid:
+                continue
+            del idx[key]
+            if not swa:
+                continue
+            if t not in full_set:
+                if t not in swa_set or not phase2:
+                    continue
+                # Phase 2: another SWA type's page of the node held (swa_lock_ref > 0), or not a leaf.
+                if any(r.get(i.get(key), 0) for i, r in swa_held):
+                    continue
+                kids = kids_of.get(key)
+                if kids and not (fk.isdisjoint(kids) if fk is not None else
+                                 all(k.isdisjoint(kids) for k in full_keys)):
+                    continue
+            node = key
+            while True:
+                # _free_node(node): each node type's cached, unheld page of the key leaves the pool
+                # and the index.
+                for u in node_types:
+                    s2 = index[u].get(node)
+                    if s2 is not None and not ref[u].get(s2, 0):
+                        contains, from_cached, free = ops[u]
+                        if contains(u, s2):
+                            from_cached(u, s2)
+                            free(u, s2)
+                            n_ev += 1
+                            k2 = page_key[u].pop(s2, None)
+                            if k2 is not None and index[u].get(k2) == s2:
+                                del index[u][k2]
+                if not walk or (node in fk if fk is not None else any(node in k for k in full_keys)):
+                    break  # a full page of the node is left (held), or no walk
+                # _delete_tombstone_leaves: up while the parent is an unheld tombstone leaf.
+                node = parent_of.get(node)
+                if node is None:
+                    break
+                kids = kids_of.get(node)
+                if kids and not (fk.isdisjoint(kids) if fk is not None else
+                                 all(k.isdisjoint(kids) for k in full_keys)):
+                    break
+                if node in sk if sk is not None else any(node in k for k in swa_keys):
+                    break
+        self._evictions += n_ev
+
     def _on_evict(self, t: int, sid: int) -> None:
         """``swa_radix_cache.py`` ``SWARadixCache.evict``, at page level:
 
@@ -326,7 +469,11 @@ class SglangPools(PagedManager):
           deleted -- its full page is freed too, then the same walk up the tombstoned parents; an
           *inner* page (or one whose full page a request holds: the ``full_lock_ref > 0`` branch)
           only loses its SWA KV and becomes a tombstone, its full page stays cached.
-        Only a page that owned its key's index entry counts (an old copy is no node)."""
+        Only a page that owned its key's index entry counts (an old copy is no node). Without a
+        journal or block copies: :meth:`_evict_nodes`, the same steps unrolled."""
+        if self._j is None and self._unrolled_here():
+            self._evict_nodes(((t, sid),))
+            return
         key = self.page_key[t].get(sid)
         owned = key is not None and self.index[t].get(key) == sid
         super()._on_evict(t, sid)
