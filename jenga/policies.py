@@ -136,6 +136,12 @@ class WindowPolicy(Policy):
     # gets the base class's scan).
     _required_pages_impl = None
 
+    def _runs_nonempty(self, tpp: int, align: int) -> bool:
+        """True when every candidate length (a positive multiple of ``align``) needs at least one
+        page, so a candidate whose run ends on a missing page is invalid. Not for a local chunk (a
+        length on a chunk boundary needs nothing)."""
+        return False
+
     def longest_valid(self, count, upper, align, tpp):
         # The base class's downward scan, skipping the lengths a missing page rules out: when page
         # m of [a(L), L // tpp) is missing, every L' with m < L' // tpp has it in its run too
@@ -145,10 +151,30 @@ class WindowPolicy(Policy):
         if type(self).required_pages is not type(self)._required_pages_impl:
             return super().longest_valid(count, upper, align, tpp)
         L = upper - upper % align
+        nonempty = self._runs_nonempty(tpp, align)
         while L > 0:
             ((a, b),) = self.required_pages(L, tpp)
             if count(a, b) == b - a:
                 return L
+            if nonempty and count(b - 1, b) == 0:
+                # The run's last page is missing. When every candidate's run is nonempty, so is
+                # every candidate's whose run ends inside the stretch of missing pages below b
+                # (its last page is one of them): the next candidate ends at or before the
+                # stretch's first page s, found by galloping down and bisecting -- one step
+                # over a long uncached stretch (a released window's pages, evicted first) instead
+                # of one per page.
+                d = 1
+                while b - 2 * d >= 0 and count(b - 2 * d, b) == 0:
+                    d *= 2
+                lo, hi = max(0, b - 2 * d), b - d
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if count(mid, b) == 0:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                L = ((lo + 1) * tpp - 1) // align * align
+                continue
             # The smallest s with [s, b) all cached (page s - 1 is the last missing one): galloped
             # from b, since the missing page is usually near the run's end (then one count call).
             good, d = b, 1
@@ -217,6 +243,13 @@ class SlidingPolicy(WindowPolicy):
         return [(max(0, self.needed_lo(L) - self.hit_extra_tokens) // tpp, L // tpp)] if L > 0 else []
 
     _required_pages_impl = required_pages
+
+    def _runs_nonempty(self, tpp: int, align: int) -> bool:
+        # L = e * tpp > 0 needs pages from (L - (W - 1) - hit_extra) // tpp <= e - 1 when
+        # W - 1 + hit_extra >= 1 (SlidingWindowSpec.needed_token_range: the last W - 1 tokens).
+        return (type(self.spec).needed_token_range is SlidingWindowSpec.needed_token_range
+                and type(self).needed_lo is SlidingPolicy.needed_lo
+                and align % tpp == 0 and self.spec.window - 1 + self.hit_extra_tokens >= 1)
 
     def needed_lo(self, prev: int) -> int:
         return self.spec.needed_token_range(prev)[0]

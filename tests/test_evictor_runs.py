@@ -131,6 +131,43 @@ def test_window_longest_valid_equals_the_scan(pol, tpp, mult, flags, extra):
     assert pol.longest_valid(count, upper, tpp * mult, tpp) == Policy.longest_valid(pol, count, upper, tpp * mult, tpp)
 
 
+@settings(max_examples=500, deadline=None)
+@given(pol=POLICIES, tpp=st.sampled_from([1, 2, 4, 16]), mult=st.integers(1, 3),
+       runs=st.lists(st.tuples(st.booleans(), st.integers(1, 60)), max_size=8), extra=st.integers(0, 40))
+def test_window_longest_valid_equals_the_scan_over_long_stretches(pol, tpp, mult, runs, extra):
+    """The same, with cached and missing pages in long stretches (a released window's pages,
+    evicted first, leave hundreds missing in a row): the stretch skip lands where the scan does."""
+    flags = [f for f, n in runs for _ in range(n)]
+    prefix = list(accumulate(flags, initial=0))
+
+    def count(a, b):
+        return prefix[min(b, len(prefix) - 1)] - prefix[min(a, len(prefix) - 1)]
+
+    upper = len(flags) * tpp + extra
+    assert pol.longest_valid(count, upper, tpp * mult, tpp) == Policy.longest_valid(pol, count, upper, tpp * mult, tpp)
+
+
+def test_window_longest_valid_skips_a_missing_stretch_at_once():
+    """A sliding window over 2,000 pages of which only the first 10 are cached: the skip needs
+    O(log) count calls over the missing stretch, not one round per page (the scan's ~2,000); a
+    window of one token (no page needed: every length valid) takes no skip."""
+    flags = [True] * 10 + [False] * 1990
+    prefix = list(accumulate(flags, initial=0))
+    calls = []
+
+    def count(a, b):
+        calls.append((a, b))
+        return prefix[min(b, len(prefix) - 1)] - prefix[min(a, len(prefix) - 1)]
+
+    pol = SlidingPolicy(SlidingWindowSpec("sw", 1, 8, window=4 * 16))
+    assert pol.longest_valid(count, 2000 * 16, 16, 16) == 10 * 16
+    assert len(calls) < 60
+    one = SlidingPolicy(SlidingWindowSpec("sw", 1, 8, window=1))
+    assert not one._runs_nonempty(16, 16)
+    assert one.longest_valid(count, 2000 * 16, 16, 16) == 2000 * 16
+    assert not ChunkedPolicy(ChunkedLocalSpec("c", 1, 8, chunk=64))._runs_nonempty(16, 16)
+
+
 def test_window_longest_valid_skips_and_falls_back():
     """Exact value (window of 4 pages, page 7 missing: the longest hit ends at page 7), and a
     subclass whose required_pages is not one run gets the base scan (the skip would be wrong)."""
