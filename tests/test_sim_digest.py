@@ -49,6 +49,33 @@ SLOW = {
 }
 
 
+# What-if simulations of SGLang's rules (1-token pages: the unrolled registration and eviction of
+# jenga/baselines/sglang.py) under pressure: (rule, what-if arguments) -> digest of the whole run,
+# computed at 2ec8e5a (before those paths were unrolled) and reproduced after.
+WHATIF = {
+    ("sglang_pools", "model=gemma4_31b workload=sessions"): "9cfa9fb2257d916e",
+    ("sglang_unified", "model=gemma4_31b workload=sessions"): "5b1f9fb1082bb969",
+    ("sglang_pools", "model=gpt_oss_20b workload=arxiv_qa num_requests=16"): "0be217d078d8bce4",
+    ("sglang_unified", "model=jamba_1_5_mini workload=sessions tp=2"): "9caab2ea1a493235",
+}
+
+
+def whatif_digest(rule: str, args: str) -> str:
+    """The run :func:`harness.whatif.simulate` makes for ``rule``: metrics, trace and meta."""
+    from harness import whatif as w
+
+    a = w.parse_args([*args.split(), "--no-sweep"])
+    prof = w.profile(a)
+    a.tp = w.resolve_tp(a, prof)
+    requests = w.build_requests(a, prof)
+    base = w.compose(a)
+    cfg = w.compose(a, rule, w.rule_options(rule, {}, w._max_model_len(base, prof), prof, base), dataset="synthetic")
+    cfg.engine.tokens_per_page = w.page_tokens(rule, int(cfg.engine.tokens_per_page or 16))
+    r = engine.run_cell(cfg, prof, requests)
+    blob = json.dumps({"metrics": r.metrics, "trace": r.trace, "meta": r.meta}, sort_keys=True, default=repr)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 def fig14_overrides(model: str, system: str, seed: int) -> list[str]:
     """The Fig. 14 study's overrides of one cell (H100), as the study driver plans them."""
     runs = plan(REPO / "experiments" / "fig14.yaml").runs
@@ -75,6 +102,12 @@ def test_long_context_cell_digest_unchanged(case):
     assert cell_digest(*case) == SLOW[case]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(WHATIF))
+def test_whatif_sglang_digest_unchanged(case):
+    assert whatif_digest(*case) == WHATIF[case]
+
+
 def test_digest_sees_a_changed_number(monkeypatch):
     """Negative control: the digest is not blind -- one step-time nudge moves it."""
     case = ("ministral_8b", "vllm", 2, 10)
@@ -91,3 +124,5 @@ if __name__ == "__main__":
     for table in (FAST, SLOW):
         for case in sorted(table):
             print(case, cell_digest(*case))
+    for case in sorted(WHATIF):
+        print(case, whatif_digest(*case))
