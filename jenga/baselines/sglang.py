@@ -376,8 +376,8 @@ class SglangPools(PagedManager):
     def _evict_context(self) -> tuple:
         """What :meth:`_evict_nodes` reads besides the tree's links, built once (the index dicts and
         the pools never change identity): the node types, the full and SWA types as sets, their
-        index dicts, the SWA types' (index, ref) pairs, and per node type the pool's (is cached,
-        from_cached, free) -- the partition's own methods, which PartitionedPool's forward to."""
+        index dicts, the SWA types' (index, ref) pairs, and per node type the pool that holds its
+        pages (the partition, for PartitionedPool) with its ``contains`` test."""
         ctx = self.__dict__.get("_evict_ctx")
         if ctx is None:
             index, ref, swa = self.index, self.ref, self._swa_types
@@ -386,7 +386,7 @@ class SglangPools(PagedManager):
             for u in self._node_types:
                 p = pools[u] if pools is not None else self.pool
                 ev = p.evictor
-                ops[u] = (ev.contains if ev is not None else (lambda t, sid: False), p.from_cached, p.free)
+                ops[u] = (ev.contains if ev is not None else (lambda t, sid: False), p)
             ctx = (self._node_types, set(self._full_types), set(swa), [index[f] for f in self._full_types],
                    [index[u] for u in swa], [(index[u], ref[u]) for u in swa], ops)
             self._evict_ctx = ctx
@@ -406,6 +406,11 @@ class SglangPools(PagedManager):
         sk = swa_keys[0] if len(swa_keys) == 1 else None
         phase2, walk = self.phase2_frees_leaves, self.phase2_tombstone_walk
         parent_of, kids_of = self._parent, self._kids
+        # The pages a node's freeing takes out of their pools, per type in order, handed over at
+        # the end (drop_cached_many: from_cached + free each): nothing below reads those pools'
+        # state but ``contains``, asked only of a page the index still names -- and a freed page
+        # leaves the index at once -- so deferring changes no answer and no final state.
+        drops: dict[int, list[int]] = {}
         n_ev = 0
         for t, sid in pages:
             # PrefixCacheMixin._on_evict: the page's key leaves; its index entry if it owned it.
@@ -435,15 +440,15 @@ class SglangPools(PagedManager):
                 # and the index.
                 for u in node_types:
                     s2 = index[u].get(node)
-                    if s2 is not None and not ref[u].get(s2, 0):
-                        contains, from_cached, free = ops[u]
-                        if contains(u, s2):
-                            from_cached(u, s2)
-                            free(u, s2)
-                            n_ev += 1
-                            k2 = page_key[u].pop(s2, None)
-                            if k2 is not None and index[u].get(k2) == s2:
-                                del index[u][k2]
+                    if s2 is not None and not ref[u].get(s2, 0) and ops[u][0](u, s2):
+                        if u in drops:
+                            drops[u].append(s2)
+                        else:
+                            drops[u] = [s2]
+                        n_ev += 1
+                        k2 = page_key[u].pop(s2, None)
+                        if k2 is not None and index[u].get(k2) == s2:
+                            del index[u][k2]
                 if not walk or (node in fk if fk is not None else any(node in k for k in full_keys)):
                     break  # a full page of the node is left (held), or no walk
                 # _delete_tombstone_leaves: up while the parent is an unheld tombstone leaf.
@@ -456,6 +461,8 @@ class SglangPools(PagedManager):
                     break
                 if node in sk if sk is not None else any(node in k for k in swa_keys):
                     break
+        for u, sids in drops.items():
+            ops[u][1].drop_cached_many(u, sids)
         self._evictions += n_ev
 
     def _on_evict(self, t: int, sid: int) -> None:

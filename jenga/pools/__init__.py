@@ -13,7 +13,9 @@ Runs of pages (issue 20): a long-context request takes, caches and releases thou
 layer type at once, so besides the per-page protocol below a pool may offer batch forms the
 manager uses when present -- ``cache_many(t, sids, ts, plens)`` (``to_cached`` of a released
 run at one timestamp), ``uncache_many(t, sids)`` (``from_cached`` of a hit; returns the old keys)
-and an ``on_evict_many`` attribute the manager sets (``on_evict`` of a list of ``(t, sid)``).
+and an ``on_evict_many`` attribute the manager sets (``on_evict`` of a list of ``(t, sid)``);
+the flat pools and SGLang's arena also offer ``drop_cached_many(t, sids)`` (``from_cached`` then
+``free`` of each page, in order: cached pages an eviction rule takes out with another).
 Each must leave the pool exactly as the per-page calls in order would (tests/test_sim_digest.py,
 ``make fuzz``); ``alloc_many`` already takes ``n`` pages at once.
 """

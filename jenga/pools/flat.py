@@ -47,6 +47,15 @@ class CachedPages:
         self.used[t] += len(sids)
         return self.evictor.remove_many(t, sids)
 
+    def drop_cached_many(self, t: int, sids: list[int]) -> None:
+        """:meth:`from_cached` then ``free`` of every page in ``sids``, in order, nothing logged:
+        cached pages an eviction rule takes out with another (SGLang's radix nodes)."""
+        self.evictor.remove_many(t, sids)
+        self.cached[t] -= len(sids)
+        self.used[t] += len(sids)
+        for sid in sids:
+            self.free(t, sid)
+
 
 class FlatPagePool(CachedPages):
     """Equal-size pages shared by every type; one free stack and one LRU queue of cached pages."""
@@ -159,6 +168,12 @@ class FlatPagePool(CachedPages):
         self.free_pages.append(sid)
         if self._j is not None:
             self._j.call(_pop, self.free_pages)
+
+    def drop_cached_many(self, t: int, sids: list[int]) -> None:
+        """:meth:`CachedPages.drop_cached_many`: the pages join the free stack in order."""
+        self.evictor.remove_many(t, sids)
+        self.cached[t] -= len(sids)
+        self.free_pages += sids
 
 
     def release_owner(self, owner: object) -> None:
