@@ -98,7 +98,8 @@ def _lockstep(a, b, seed: int, ops: int = 120) -> int:
 
 
 @pytest.mark.parametrize("system", ["sglang_pools", "sglang_unified"])
-@pytest.mark.parametrize("mix", sorted(MIXES))
+@pytest.mark.parametrize("mix", [m if m == "full+swa" else pytest.param(m, marks=pytest.mark.slow)
+                                 for m in sorted(MIXES)])  # one mix in the fast suite, all in CI
 def test_unrolled_paths_equal_the_per_page_methods(system, mix):
     specs = MIXES[mix]
     evicted = 0
