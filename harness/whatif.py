@@ -20,8 +20,8 @@ Time on 2 cores: without a workload about 1-2 s; with a workload each rule is on
 value; the simulations run in parallel worker processes (one per usable core, ``jobs=`` caps them;
 results do not depend on it), so about ten to twenty seconds for the generated workloads --
 ``--no-sweep`` for the fastest answer. A long-context dataset takes minutes under SGLang's 1-token
-pages (every token a radix node): ``model=gemma3_12b workload=arxiv_qa --no-sweep`` ~2 min on 2
-cores (measured: sglang_unified 117 s, sglang_pools 53 s, every other rule under 9 s).
+pages (every token a radix node): ``model=gemma3_12b workload=arxiv_qa --no-sweep`` ~1.6 min on 2
+cores (measured: sglang_unified 97 s, sglang_pools 41 s, every other rule under 8 s).
 
 ``tp=auto`` (the default) serves the model on the fewest of 1, 2, 4 or 8 GPUs of ``gpu=`` at which its
 weights leave KV memory (vLLM's start-up needs some) and says which; ``tp=<n>`` fixes it.
