@@ -175,7 +175,6 @@ class FlatPagePool(CachedPages):
         self.cached[t] -= len(sids)
         self.free_pages += sids
 
-
     def release_owner(self, owner: object) -> None:
         return None
 
