@@ -21,6 +21,7 @@ counters kept incrementally (each request's needed/held bytes are refreshed when
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from itertools import chain, compress, repeat
@@ -70,6 +71,18 @@ PROTECTED_HOOKS: dict[str, str] = {
                  "pool's cache already): drop its index entry; an override may also take other cached pages "
                  "out of the cache (``pool.from_cached`` + ``pool.free``) and must drop their entries too",
 }
+
+
+@functools.cache
+def _cacheable_run_of(cls: type):
+    """``cls._cacheable_run`` when the class that defines it also defines the ``_cacheable`` in
+    force (a subclass that overrides ``_cacheable`` does not inherit its parent's batch form), else
+    None; once per class."""
+    def owner(name: str) -> type | None:
+        return next((c for c in cls.__mro__ if name in c.__dict__), None)
+
+    note = cls._cacheable_run
+    return note if note is not None and owner("_cacheable_run") is owner("_cacheable") else None
 
 
 def _weak_hook(owner, name: str):
@@ -539,9 +552,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         else:
             return  # no token page became full (most decode steps): nothing to register
         cls = type(self)
-        note = cls._cacheable_run
-        if note is not None and note.__qualname__.rsplit(".", 1)[0] != cls._cacheable.__qualname__.rsplit(".", 1)[0]:
-            note = None  # a subclass overrode _cacheable: its batch form is not this one
+        note = _cacheable_run_of(cls)
         plain = (self._j is None and cls._register is PrefixCacheMixin._register
                  and (cls._cacheable is PagedManager._cacheable or note is not None)
                  and cls._register_copy is PrefixCacheMixin._register_copy)

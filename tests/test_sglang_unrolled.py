@@ -121,3 +121,17 @@ def test_negative_control_a_changed_unrolled_path_is_caught():
         except AssertionError:
             caught += 1
     assert caught > 0
+
+
+def test_a_subclass_overriding_cacheable_loses_the_batch_form():
+    """Registration takes ``_cacheable_run`` only from the class that defines the ``_cacheable`` in
+    force: a subclass with its own ``_cacheable`` is asked page by page."""
+    from jenga.manager_base import PagedManager, _cacheable_run_of
+
+    class OwnRule(SglangPools):
+        def _cacheable(self, rs, t, j):
+            return True
+
+    assert _cacheable_run_of(SglangPools) is SglangPools._cacheable_run
+    assert _cacheable_run_of(SglangUnified) is SglangPools._cacheable_run
+    assert _cacheable_run_of(OwnRule) is None and _cacheable_run_of(PagedManager) is None
