@@ -97,26 +97,45 @@ class _Runs:
                 heappop(heap)
         return None
 
-    def pop_first(self, k: int, take) -> None:
-        """Hand keys to ``take`` in order until it has accepted ``k`` (it returns whether the key
-        was live and taken) or none is left: each run's entries go while they precede the next
-        run's head."""
+    def pop_first(self, k: int, take_stretch) -> None:
+        """Hand keys in order to ``take_stretch`` until ``k`` were live or none is left. It gets a
+        list of keys in order, at most as many as are still wanted, takes every live one (a key
+        twice in it is live once) and returns how many it took. Each run's entries go while they
+        precede the next run's head: that stretch, found by galloping from the run's end, goes
+        in slices of at most the keys still wanted, so exactly the keys a one-by-one walk would
+        visit are handed over, in its order (a released request's pages are one run: a flat
+        pool's eviction takes hundreds per run, a comprehension's work each; issue 20)."""
         heap = self.flush()
         got = taken = 0
         while heap and got < k:
             _, seq, run = heappop(heap)
-            bound = heap[0][0] if heap else None
-            n0 = len(run)
-            while run:
-                key = run[-1]
-                if bound is not None and key > bound:
-                    break
-                run.pop()
-                if take(key):
-                    got += 1
-                    if got == k:
-                        break
-            taken += n0 - len(run)
+            n = len(run)
+            if heap:
+                # The stretch: run[lo:], the entries not above the next run's head (the run is
+                # sorted in reverse). Gallop from the end, then bisect the last step.
+                bound = heap[0][0]
+                step, hi = 1, n  # run[hi:] is known to be in the stretch
+                while step <= hi and not run[hi - step] > bound:
+                    hi -= step
+                    step <<= 1
+                lo = max(0, hi - step + 1)  # run[lo - 1] > bound (or lo == 0)
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if run[mid] > bound:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                avail = n - lo
+            else:
+                avail = n
+            while avail and got < k:
+                m = min(avail, k - got)
+                chunk = run[-m:]
+                del run[-m:]
+                chunk.reverse()
+                got += take_stretch(chunk)
+                avail -= m
+                taken += m
             if run:
                 heappush(heap, (run[-1], seq, run))
         self.size -= taken
@@ -234,15 +253,14 @@ class PrefixSubsetEvictor:
             return out
         keys = self._key
 
-        def take(key) -> bool:
-            d = keys[key[2]]
-            if d.get(key[3]) == key:
-                del d[key[3]]
-                out.append((key[2], key[3]))
-                return True
-            return False
+        def take_stretch(chunk: list) -> int:
+            # Live (still the page's key) and taken in one pass: a key met twice is gone the
+            # second time (pop returns the key, a true tuple).
+            live = [key for key in chunk if keys[key[2]].get(key[3]) == key and keys[key[2]].pop(key[3])]
+            out.extend([(key[2], key[3]) for key in live])
+            return len(live)
 
-        self._runs[0].pop_first(k, take)
+        self._runs[0].pop_first(k, take_stretch)
         return out
 
     def pop_cached(self, t: int, sids) -> list[int]:
@@ -374,15 +392,14 @@ class LargePageLRU:
         assert self._j is None, "pop_lru runs without an undo log"
         keys, n, out = self._key, self._n, []
 
-        def take(key) -> bool:
-            lp = key % n
-            if keys.get(lp) == key:
-                del keys[lp]
-                out.append(lp)
-                return True
-            return False
+        def take_stretch(chunk: list) -> int:
+            # pop returns the key, a positive integer (its 2**62 term), so a live key is taken in
+            # the same pass; a key met twice is gone the second time.
+            got = [lp for key in chunk if keys.get(lp := key % n) == key and keys.pop(lp)]
+            out.extend(got)
+            return len(got)
 
-        self._runs.pop_first(k, take)
+        self._runs.pop_first(k, take_stretch)
         return out
 
     def newest_ts(self, lp: int) -> int:
