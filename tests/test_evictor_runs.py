@@ -204,42 +204,32 @@ def test_count_cached_counts_the_pinned_pages_in_the_cache(cached, pinned, per_t
     assert ev.count_cached([p for p in pins if p not in cached]) == 0
 
 
-@settings(max_examples=200, deadline=None)
-@given(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=6), undone=st.lists(st.integers(0, 200), max_size=20),
-       asks=st.lists(st.integers(1, 60), min_size=1, max_size=8), per_large=st.booleans())
-def test_stretch_eviction_takes_a_twice_entered_key_once(sizes, undone, asks, per_large):
-    """An undone removal puts a page's key back while its old entry is still in a run: the key is
-    then in the runs twice, both live. Eviction hands runs over in stretches (``_Runs.pop_first``);
-    each page must still leave once, in the order of one sorted list -- for the small-page evictor
-    (shared queue) and the large-page LRU."""
+def _enter_twice(ev, take_out, *page) -> None:
+    """Take ``page`` out under an undo log and undo it: its key is back while its old entry is
+    still in a run, so the runs hold it twice, both live."""
     from jenga.journal import Journal
 
-    if per_large:
-        ev, ref = LargePageLRU(1 << 12), {}
-        lp = 0
-        for i, n in enumerate(sizes):
-            lps = list(range(lp, lp + n))
-            lp += n
-            keys = ev.codes(10 + i, [16 * (k + 1) for k in range(n)], lps)
-            ev.add_new_many(lps, keys)
-            ref.update(zip(lps, keys))
-        for u in undone:
-            if u in ref:
-                ev._j = j = Journal()
-                ev.discard(u)
-                ev._j = None
-                j.undo()  # the key is back: a second live entry of it
-        assert len(ev) == len(ref)
-        for k in asks:
-            want = sorted(ref, key=ref.get)[:k]
-            assert ev.pop_lru(k) == want
-            for x in want:
-                del ref[x]
-        return
+    ev._j = j = Journal()
+    take_out(*page)
+    ev._j = None
+    j.undo()
+
+
+TWICE = dict(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=6),
+             undone=st.lists(st.integers(0, 200), max_size=20),
+             asks=st.lists(st.integers(1, 60), min_size=1, max_size=8))
+
+
+@settings(max_examples=100, deadline=None)
+@given(**TWICE)
+def test_stretch_eviction_takes_a_twice_entered_small_page_once(sizes, undone, asks):
+    """Eviction hands runs over in stretches (``_Runs.pop_first``): a page whose key is in the
+    runs twice still leaves once, in the order of one sorted list (shared queue, two types'
+    runs interleaving key by key)."""
     ev, ref = PrefixSubsetEvictor(2, per_type=False), {}
     sid = 0
     for i, n in enumerate(sizes):
-        for t in (0, 1):  # both types at one timestamp: runs interleave key by key
+        for t in (0, 1):
             sids = list(range(sid, sid + n))
             sid += n
             ev.add_many(t, sids, 10 + i, [16 * (k + 1) for k in range(n)])
@@ -247,13 +237,32 @@ def test_stretch_eviction_takes_a_twice_entered_key_once(sizes, undone, asks, pe
     for u in undone:
         page = next(((t, s) for (t, s) in ref if s == u), None)
         if page is not None:
-            ev._j = j = Journal()
-            ev.remove(*page)
-            ev._j = None
-            j.undo()
+            _enter_twice(ev, ev.remove, *page)
     for k in asks:
         want = _reference_order(ref)[:k]
         assert ev.pop_lru(k) == want
         for x in want:
             del ref[x]
     assert len(ev) == len(ref)
+
+
+@settings(max_examples=100, deadline=None)
+@given(**TWICE)
+def test_stretch_eviction_takes_a_twice_entered_large_page_once(sizes, undone, asks):
+    """The same for the large-page LRU."""
+    ev, ref, lp = LargePageLRU(1 << 12), {}, 0
+    for i, n in enumerate(sizes):
+        lps = list(range(lp, lp + n))
+        lp += n
+        keys = ev.codes(10 + i, [16 * (k + 1) for k in range(n)], lps)
+        ev.add_new_many(lps, keys)
+        ref.update(zip(lps, keys))
+    for u in undone:
+        if u in ref:
+            _enter_twice(ev, ev.discard, u)
+    assert len(ev) == len(ref)
+    for k in asks:
+        want = sorted(ref, key=ref.get)[:k]
+        assert ev.pop_lru(k) == want
+        for x in want:
+            del ref[x]
