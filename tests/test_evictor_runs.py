@@ -215,9 +215,9 @@ def _enter_twice(ev, take_out, *page) -> None:
     j.undo()
 
 
-TWICE = dict(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=6),
-             undone=st.lists(st.integers(0, 200), max_size=20),
-             asks=st.lists(st.integers(1, 60), min_size=1, max_size=8))
+TWICE = {"sizes": st.lists(st.integers(1, 30), min_size=1, max_size=6),
+         "undone": st.lists(st.integers(0, 200), max_size=20),
+         "asks": st.lists(st.integers(1, 60), min_size=1, max_size=8)}
 
 
 @settings(max_examples=100, deadline=None)
