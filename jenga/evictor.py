@@ -42,13 +42,15 @@ class _Runs:
     ``push`` a reverse-sorted run, ``first(live)`` the smallest key ``live`` accepts (stale
     entries met on the way are dropped), ``rebuild(keys)`` one run of the live keys."""
 
-    __slots__ = ("_seq", "heap", "loose", "pending", "size")
+    __slots__ = ("_seq", "built", "heap", "loose", "pending", "reads", "size")
 
     def __init__(self) -> None:
         self.heap: list[tuple] = []     # (head key, sequence number, run); run[-1] is the head
         self.pending: list[list] = []   # runs not yet in the heap (pushed when the heap is read)
         self.loose: list = []           # single keys not yet in the heap (one run when it is read)
         self.size = 0                   # entries in every run, live or stale
+        self.reads = 0                  # reads (flushes) since the last rebuild
+        self.built = True               # False: dropped, the owner rebuilds it before a read
         self._seq = count()
 
     def add(self, key) -> None:
@@ -68,6 +70,7 @@ class _Runs:
         run per read matters: a request releases every layer type's pages at one timestamp, and
         the types' runs interleave key by key (aligned eviction), so apart they would cost a
         heap operation per page."""
+        self.reads += 1
         pending, loose = self.pending, self.loose
         if loose or len(pending) > 1:
             pending[:] = [sorted(chain(chain.from_iterable(pending), loose), reverse=True)]
@@ -79,8 +82,14 @@ class _Runs:
 
     def rebuild(self, live_keys) -> None:
         run = sorted(live_keys, reverse=True)
-        self.heap, self.pending, self.loose, self.size = [], [], [], 0
+        self.drop()
+        self.built = True
         self.push(run)
+
+    def drop(self) -> None:
+        """Forget every entry (``built`` False): the owner, who holds the live keys, rebuilds the
+        queue before its next read, and adds nothing meanwhile."""
+        self.heap, self.pending, self.loose, self.size, self.reads, self.built = [], [], [], 0, 0, False
 
     def first(self, live) -> object | None:
         """The smallest live key (stale entries met on the way are dropped)."""
@@ -195,19 +204,37 @@ class PrefixSubsetEvictor:
         keys = self._key
         return lambda k: keys[k[2]].get(k[3]) == k
 
+    def _live_keys(self, h: int):
+        return self._key[h].values() if self.per_type else [k for d in self._key for k in d.values()]
+
+    def _queue(self, h: int) -> _Runs:
+        """Queue ``h``, for a read: rebuilt from the live keys first if it was dropped."""
+        q = self._runs[h]
+        if not q.built:
+            q.rebuild(self._live_keys(h))
+        return q
+
     def _add_run(self, h: int, run: list | None, key: tuple | None = None) -> None:
         """Push a reverse-sorted run (or one ``key``) into queue ``h``; rebuild the queue when it
-        is mostly stale."""
+        is mostly stale -- or drop it, when nothing read it since it was last built: a queue no
+        eviction reads (a type whose small page is the large page: its pages leave the cache
+        with their large page, never through this queue; issue 20) then costs no sort, and the
+        first read rebuilds it from the live keys, the order a kept queue would give."""
         q = self._runs[h]
+        if not q.built:
+            return
         if run is None:
             q.add(key)
         else:
             q.push(run)
         live = len(self._key[h]) if self.per_type else len(self)
         if q.size > 64 and q.size > 3 * live:
+            if not q.reads:
+                q.drop()
+                return
             # The live entries are exactly the current keys (a duplicate live entry, left by an
             # undone allocation, is kept once: it names the same page with the same key).
-            q.rebuild(self._key[h].values() if self.per_type else [k for d in self._key for k in d.values()])
+            q.rebuild(self._live_keys(h))
 
     def add(self, t: int, sid: int, ts: int, plen: int) -> None:
         key = (ts, -plen, t, sid)
@@ -223,10 +250,12 @@ class PrefixSubsetEvictor:
         if self._j is not None:
             for s in sids:
                 self._j.call(self._unadd, t, s)
-        # Prefix lengths grow along a released run, so its keys come in reverse order already:
-        # the sort is one pass.
-        keys.sort(reverse=True)
-        self._add_run(t if self.per_type else 0, keys)
+        h = t if self.per_type else 0
+        if self._runs[h].built:
+            # Prefix lengths grow along a released run, so its keys come in reverse order
+            # already: the sort is one pass.
+            keys.sort(reverse=True)
+            self._add_run(h, keys)
 
     def remove(self, t: int, sid: int) -> tuple[int, int]:
         """Take a page out (it was hit or evicted); returns its ``(ts, plen)``."""
@@ -260,7 +289,7 @@ class PrefixSubsetEvictor:
             out.extend([(key[2], key[3]) for key in live])
             return len(live)
 
-        self._runs[0].pop_first(k, take_stretch)
+        self._queue(0).pop_first(k, take_stretch)
         return out
 
     def pop_cached(self, t: int, sids) -> list[int]:
@@ -290,7 +319,7 @@ class PrefixSubsetEvictor:
         live = self._live_fn()
         # A set: an entry can be in the runs twice (a page taken out and put back with the same
         # key by an undone allocation) and both copies are then live.
-        for k in sorted({k for k in self._runs[0].all_entries() if live(k)}):
+        for k in sorted({k for k in self._queue(0).all_entries() if live(k)}):
             yield k[2], k[3]
 
     def peek_lru(self, t: int | None = None) -> tuple[int, int] | None:
@@ -300,7 +329,7 @@ class PrefixSubsetEvictor:
                 if key[0] == t:
                     return key
             return None
-        key = self._runs[t if self.per_type and t is not None else 0].first(self._live_fn())
+        key = self._queue(t if self.per_type and t is not None else 0).first(self._live_fn())
         return None if key is None else (key[2], key[3])
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from jenga.evictor import LargePageLRU, PrefixSubsetEvictor
@@ -266,3 +266,65 @@ def test_stretch_eviction_takes_a_twice_entered_large_page_once(sizes, undone, a
         assert ev.pop_lru(k) == want
         for x in want:
             del ref[x]
+
+
+@settings(max_examples=150, deadline=None)
+@given(phases=st.lists(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 60), st.integers(20, 60),
+                                          st.integers(0, 3), st.sampled_from([False, True, True])),
+                                min_size=10, max_size=30),
+                       min_size=1, max_size=4),
+       per_type=st.booleans(), asks=st.lists(st.integers(1, 80), min_size=1, max_size=3))
+def test_an_unread_queue_is_dropped_and_read_in_order(phases, per_type, asks):
+    """A queue nothing read since it was built is dropped when mostly stale, instead of sorted
+    (a whole-large-page type's pages leave with their large page, never through it), and rebuilt
+    from the live keys at its next read: the order one sorted list gives. Phases of releases and
+    whole-large-page evictions (no read) alternate with evictions through the queue."""
+    ev, ref, ts, dropped = PrefixSubsetEvictor(2, per_type=per_type), {}, 0, 0
+    for phase in phases:
+        for t, a, n, jump, evict in phase:
+            ts += jump
+            sids = list(range(a, a + n))
+            if evict:
+                assert ev.pop_cached(t, sids) == [s for s in sids if (t, s) in ref]
+                for s in sids:
+                    ref.pop((t, s), None)
+            else:
+                sids = [s for s in sids if (t, s) not in ref]
+                ev.add_many(t, sids, ts, [16 * (s + 1) for s in sids])
+                ref.update({(t, s): (ts, -16 * (s + 1)) for s in sids})
+            dropped += not ev._runs[0].built
+        event(f"queue 0 dropped: {dropped > 0}")
+        for k in asks:
+            want = [x for x in _reference_order(ref) if not per_type or x[0] == 0][:k]
+            assert ev.pop_lru(k) == want
+            for x in want:
+                del ref[x]
+        assert ev.state_view() == sorted((k[0], k[1], t0, s0) for (t0, s0), k in ref.items())
+
+
+def test_a_queue_is_dropped_only_when_nothing_read_it():
+    """Exact: 100 pages join and leave with their large page, unread: the queue is dropped (no
+    sort) and a later read rebuilds it, in order. Negative control: a queue read since it was
+    built is rebuilt when mostly stale, never dropped."""
+    ev = PrefixSubsetEvictor(1)
+    for i in range(100):
+        ev.add_many(0, [i], i, [16])
+        ev.pop_cached(0, [i])
+    assert not ev._runs[0].built and ev._runs[0].size == 0
+    ev.add_many(0, [500, 501], 200, [16, 32])
+    assert ev._runs[0].size == 0  # nothing is entered while dropped
+    ev.add(0, 7, 100, 16)
+    assert ev.pop_lru(5) == [(0, 7), (0, 501), (0, 500)]
+    assert ev._runs[0].built
+    states, prev = [], 0
+    for i in range(220):
+        ev.add_many(0, [i], 300 + i, [16])
+        ev.pop_cached(0, [i])
+        if i == 10:
+            assert ev.peek_lru(0) is None  # a read (every entry is stale)
+        q = ev._runs[0]
+        if i > 10 and q.size < prev:  # mostly stale: rebuilt or dropped
+            states.append(q.built)
+        prev = q.size
+    # The first time since the read: rebuilt; the next (nothing read since): dropped.
+    assert states[:2] == [True, False]
