@@ -650,7 +650,12 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         pages, ref, page_key, index = rs.pages[t], self.ref[t], self.page_key[t], self.index[t]
         cache, copies = self.enable_prefix_cache, self.keep_block_copies
         copy_key = self.copy_key[t]
-        sids = list(map(pages.pop, js))
+        if len(js) == len(pages) and js == list(pages):
+            # Every page, in the map's order (a finished request's): the values at once.
+            sids = list(pages.values())
+            pages.clear()
+        else:
+            sids = list(map(pages.pop, js))
         if images is None and not (copies and not copy_key.keys().isdisjoint(sids)):
             self._release_token_run(rs, t, js, sids, ts, tpp)
             return
@@ -697,14 +702,15 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     def _release_token_run(self, rs: ReqState, t: int, js, sids: list[int], ts: int, tpp: int) -> None:
         """:meth:`_release_run`'s loop for token pages none of which is a remembered copy, as a
         few passes over the run that each do one thing (list comprehensions, list equality,
-        ``dict.update``) instead of one branchy Python step per page: the same dict operations
-        in the same order per dict, so the same state (a finished request releases ~10k pages
-        per type; issue 20)."""
+        ``dict.update``) instead of one branchy Python step per page: the same contents of every
+        dict, so the same state (a finished request releases ~10k pages per type; issue 20)."""
         ref, page_key, index, shared = self.ref[t], self.page_key[t], self.index[t], self.shared_data[t]
-        refs = list(map(ref.__getitem__, sids))
+        # Every page's reference count, taken out in the same pass (nothing iterates ``ref``, so
+        # the shared pages' counts may come back at its end).
+        refs = list(map(ref.pop, sids))
         if refs.count(1) != len(refs):
-            # Pages other running requests hold too lose one reference (_undup, unrolled: the
-            # page's one data size leaves the double count); the rest are released below.
+            # Pages other running requests hold too keep one reference less (_undup, unrolled:
+            # the page's one data size leaves the double count); the rest are released below.
             dup, sole_js, sole = 0, [], []
             for j, sid, r in zip(js, sids, refs):
                 if r == 1:
@@ -717,8 +723,6 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                     del shared[sid]
             self.dup_bytes -= dup
             js, sids = sole_js, sole
-        for sid in sids:
-            del ref[sid]
         if not self.enable_prefix_cache:
             for s in sids:
                 page_key.pop(s, None)
