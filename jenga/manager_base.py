@@ -30,11 +30,26 @@ from operator import eq, itemgetter, not_
 from jenga.evictor import _consume
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
-from jenga.policies import FullPolicy, ImagePolicy, Policy, policy_for
+from jenga.policies import (
+    ChunkedPolicy,
+    CrossPolicy,
+    FullPolicy,
+    ImagePolicy,
+    Policy,
+    SlidingPolicy,
+    policy_for,
+)
 from jenga.pools import PagePool
 from jenga.prefix import PrefixCacheMixin
 from jenga.reqstate import ReqState, StorageType, diff_intervals, image_infos
-from jenga.spec import CrossAttentionSpec, LayerTypeSpec, SlidingWindowSpec, SpecError, page_geometry
+from jenga.spec import (
+    ChunkedLocalSpec,
+    CrossAttentionSpec,
+    LayerTypeSpec,
+    SlidingWindowSpec,
+    SpecError,
+    page_geometry,
+)
 
 _first, _second = itemgetter(0), itemgetter(1)
 
@@ -94,6 +109,14 @@ def _weak_hook(owner, name: str):
         return getattr(ref(), name)(*args)
 
     return hook
+
+
+# Policies whose held pages PagedManager._quiet_until bounds ahead: held_intervals one interval
+# [start(prev) // tpp, cdiv(T, tpp)) with start never decreasing in prev (full attention: 0; a
+# sliding window or a local chunk, of the spec classes whose needed range they were written for);
+# cross-attention KV is fixed once the request runs (its images).
+_QUIET_SPANS = {FullPolicy: None, SlidingPolicy: SlidingWindowSpec.needed_token_range,
+                ChunkedPolicy: ChunkedLocalSpec.needed_token_range}
 
 
 class PagedManager(PrefixCacheMixin, MemoryManager):
@@ -336,6 +359,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         if num_new_tokens == 0:
             return True
         prev, T = rs.T, rs.T + num_new_tokens
+        if T <= rs.quiet and not rs.transients:
+            # The common decode step below, known to apply up to ``rs.quiet`` tokens when the
+            # request last allocated (_quiet_until): no type's held pages change, no page fills,
+            # so only the clock, the counts and the accounting move.
+            self.now += 1
+            rs.prev, rs.T = prev, T
+            self._account(rs)
+            return True
         plans, demand = None, {}
         held = rs.held
         for t, (pol, tpp, *_) in enumerate(self._tinfo):
@@ -358,6 +389,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 self._register_computed(rs)
                 self._snapshot_mamba(rs, prev, T)
             self._account(rs)
+            rs.quiet = self._quiet_until(rs)
             return True
         if plans is None:
             plans = [None] * len(held)
@@ -385,7 +417,71 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             self._register_computed(rs)
             self._snapshot_mamba(rs, prev, T)
         self._account(rs)
+        rs.quiet = self._quiet_until(rs)
         return True
+
+    _quiet_ok: bool | None = None
+
+    def _quiet_allowed(self) -> bool:
+        """Whether this manager's common decode step may be taken ahead (allocate): the default
+        registration and Mamba hooks, every type's policy one _quiet_until bounds (so no state
+        type: Mamba checkpoints are written during decode), allocations that take no page never
+        fail. Decided once, on first use (subclasses set their types in __init__)."""
+        cls, spans = type(self), _QUIET_SPANS
+        ok = (self.fits_without_pages and cls._register_computed is PagedManager._register_computed
+              and cls._snapshot_mamba is PrefixCacheMixin._snapshot_mamba)
+        for st in self.types:
+            kind = type(st.policy)
+            if kind is not CrossPolicy and (kind not in spans or (
+                    spans[kind] is not None and type(st.policy.spec).needed_token_range is not spans[kind])):
+                ok = False
+        self._quiet_ok = ok
+        return ok
+
+    def _quiet_until(self, rs: ReqState) -> int:
+        """The most tokens a later ``allocate`` of this request may reach and still be the common
+        decode step -- every type's held pages as they are now, for any tokens computed between
+        now and then, and no token page filled (nothing to register) -- or ``rs.T`` when the
+        next step may differ. Exact for the policies of _quiet_allowed: a held interval's end
+        moves only past ``cdiv(T, tpp) * tpp`` tokens, its start only where ``start(prev) //
+        tpp`` changes, found by bisection (it never decreases)."""
+        T0 = rs.T
+        ok = self._quiet_ok
+        if ok is None:
+            ok = self._quiet_allowed()
+        if not ok or T0 <= 0:
+            return T0
+        q = T0 + (1 << 40)
+        if self.enable_prefix_cache:
+            reg = rs.reg
+            for t, tpp in self._token_tpp:
+                q = min(q, (reg[t] + 1) * tpp - 1)  # the step filling page reg[t] registers it
+        for (pol, tpp, *_), held in zip(self._tinfo, rs.held):
+            if type(pol) is CrossPolicy:
+                if held != pol.held_intervals(rs, T0, T0 + 1, tpp):
+                    return T0
+                continue
+            end = -(-T0 // tpp)
+            if T0 == end * tpp or len(held) != 1 or held[0][1] != end:
+                return T0  # the next token needs a page (or the held pages change already)
+            q = min(q, end * tpp)
+            if type(pol) is FullPolicy:
+                if held[0][0] != 0:
+                    return T0
+                continue
+            s0 = pol.held_intervals(rs, T0, T0 + 1, tpp)[0][0]
+            if s0 != held[0][0]:
+                return T0
+            if pol.held_intervals(rs, q - 1, q, tpp)[0][0] != s0:
+                lo, hi = T0, q - 1  # start(lo) == s0 != start(hi): the first change is in (lo, hi]
+                while hi - lo > 1:
+                    mid = (lo + hi) >> 1
+                    if pol.held_intervals(rs, mid, mid + 1, tpp)[0][0] == s0:
+                        lo = mid
+                    else:
+                        hi = mid
+                q = hi  # tokens computed stay below hi, so tokens allocated reach it at most
+        return q
 
     def _allocate_new(self, request: RequestView, n: int) -> bool:
         self.on_new_request(request)
@@ -438,6 +534,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             self._register_computed(rs)
             self._snapshot_mamba(rs, prev, T)
         self._account(rs)
+        rs.quiet = self._quiet_until(rs)
         return True
 
     def _alloc_pages(self, rs: ReqState, plans, hits, T: int) -> bool:

@@ -59,6 +59,7 @@ class ReqState:
         "pages",
         "prev",
         "prompt_len",
+        "quiet",
         "reg",
         "rid",
         "start",
@@ -77,6 +78,7 @@ class ReqState:
         self.held: list[list[tuple[int, int]]] = [[] for _ in range(ntypes)]
         self.reg = [0] * ntypes
         self.transients: list[tuple] = []  # (t, sid, key, plen, data_bytes)
+        self.quiet = 0  # allocate may reach this many tokens by the common decode step alone
         self.held_ckpts: tuple[tuple, ...] = ()  # (t, sid, key, plen, data_bytes); replaced, never mutated
         self.hasher = hasher
         self.contrib = (0, 0)  # (needed bytes, held data bytes)

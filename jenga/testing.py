@@ -139,7 +139,10 @@ _NOT_STATE = frozenset({"hasher", "_bases", "image_held", "_j", "on_evict", "_on
                         # caches of values the pool can recompute (LcmPagePool.lp_newest,
                         # UnifiedArenaPool.page_offset's compacted layout; SglangPools' bound
                         # references for its unrolled eviction)
-                        "lp_newest", "_layout", "_evict_ctx"})
+                        "lp_newest", "_layout", "_evict_ctx",
+                        # how far a request may decode by the common step alone, and whether the
+                        # manager looks ahead so (PagedManager._quiet_until): derived, not state
+                        "quiet", "_quiet_ok"})
 
 
 # Dicts only ever looked up (never iterated by the allocator): their insertion order is not state.
