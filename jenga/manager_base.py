@@ -365,7 +365,17 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             # so only the clock, the counts and the accounting move.
             self.now += 1
             rs.prev, rs.T = prev, T
-            self._account(rs)
+            # _account for a step that moves no held interval: each token type's last interval
+            # ends at or past T, so its held data grows by the new tokens; the rest of what is
+            # held stays; what is needed is counted again.
+            needed = T * self._full_bpt
+            for p in self._acct_other:
+                needed += p.needed_bytes(rs, prev, T)
+            old_needed, old_held = rs.contrib
+            grow = num_new_tokens * self._quiet_bpt
+            self.tot_needed += needed - old_needed
+            self.tot_held += grow
+            rs.contrib = (needed, old_held + grow)
             return True
         plans, demand = None, {}
         held = rs.held
@@ -421,15 +431,20 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         return True
 
     _quiet_ok: bool | None = None
+    _quiet_bpt = 0
 
     def _quiet_allowed(self) -> bool:
         """Whether this manager's common decode step may be taken ahead (allocate): the default
-        registration and Mamba hooks, every type's policy one _quiet_until bounds (so no state
-        type: Mamba checkpoints are written during decode), allocations that take no page never
-        fail. Decided once, on first use (subclasses set their types in __init__)."""
+        registration, Mamba and accounting hooks, every type's policy one _quiet_until bounds
+        (so no state type: Mamba checkpoints are written during decode), allocations that take
+        no page never fail. Decided once, on first use (subclasses set their types in __init__)."""
         cls, spans = type(self), _QUIET_SPANS
         ok = (self.fits_without_pages and cls._register_computed is PagedManager._register_computed
-              and cls._snapshot_mamba is PrefixCacheMixin._snapshot_mamba)
+              and cls._snapshot_mamba is PrefixCacheMixin._snapshot_mamba
+              and cls._account is PagedManager._account)
+        # Held data bytes one more token adds (every token type holds one interval ending at or
+        # past it; cross-attention pages hold their images whatever the step).
+        self._quiet_bpt = sum(bpt for _, _, bpt, kind, _ in self._tinfo if kind == 0)
         for st in self.types:
             kind = type(st.policy)
             if kind is not CrossPolicy and (kind not in spans or (

@@ -142,7 +142,7 @@ _NOT_STATE = frozenset({"hasher", "_bases", "image_held", "_j", "on_evict", "_on
                         "lp_newest", "_layout", "_evict_ctx",
                         # how far a request may decode by the common step alone, and whether the
                         # manager looks ahead so (PagedManager._quiet_until): derived, not state
-                        "quiet", "_quiet_ok"})
+                        "quiet", "_quiet_ok", "_quiet_bpt"})
 
 
 # Dicts only ever looked up (never iterated by the allocator): their insertion order is not state.
