@@ -62,7 +62,7 @@ from jenga.baselines.current import full_sequence_demand
 from jenga.interface import MemoryManager, MemoryUsage
 
 
-@dataclass
+@dataclass(slots=True)
 class SeqState:
     """Scheduler-side state of one request."""
 
@@ -94,7 +94,7 @@ class SeqState:
         self.max_output = self.req.output_len
 
 
-@dataclass
+@dataclass(slots=True)
 class Scheduled:
     """One request's share of a step."""
 
