@@ -622,27 +622,29 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             if jr is None:
                 ref.update(dict.fromkeys(sids, 1))
                 pages.update(zip(js, sids))
-                done.extend(zip(repeat(t), js, sids))
             else:
                 for j, sid in zip(js, sids):
                     jr.item(ref, sid)
                     ref[sid] = 1
                     pages[j] = sid
-                    done.append((t, j, sid))
+            done.append((t, js, sids))  # one entry per type: the pages are zip(js, sids)
             if len(sids) < len(js):
                 return False
         if self.enable_prefix_cache and self._image_types:
-            for t, j, sid in done:
+            for t, js, sids in done:
                 if t in self._image_types:
-                    self._register(t, sid, self._page_key(rs, t, j, T))
+                    for j, sid in zip(js, sids):
+                        self._register(t, sid, self._page_key(rs, t, j, T))
         return True
 
     def _rollback(self, rs, hits, pins, done) -> None:
         """Undo a failed attempt: fresh pages back to the pool, hit pages back to the cache."""
-        for t, j, sid in done:
-            del self.ref[t][sid]
-            del rs.pages[t][j]
-            self.pool.free(t, sid)
+        for t, js, sids in done:
+            ref, pages, free = self.ref[t], rs.pages[t], self.pool.free
+            for j, sid in zip(js, sids):
+                del ref[sid]
+                del pages[j]
+                free(t, sid)
         for t, sid, key, _ in reversed(pins):
             if key is None:
                 self.ref[t][sid] -= 1
@@ -694,7 +696,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         """_register of pages ``lo .. hi-1`` (held ones, keys known: ``hs[(j + 1) * k - 1]``),
         unrolled for the default hooks (nothing is logged after _end). Pages already keyed are
         skipped and the rest, when none of their keys is indexed yet (the common case: a chunk of
-        new pages), enter the index in one C-level update each way; otherwise page by page."""
+        new pages), enter the index in one C-level pass each way; otherwise page by page."""
         if lo >= hi:
             return
         page_key, index = self.page_key[t], self.index[t]
@@ -703,14 +705,16 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         if None in sids or not page_key.keys().isdisjoint(sids):
             keep = [s is not None and s not in page_key for s in sids]
             sids, keys = list(compress(sids, keep)), list(compress(keys, keep))
-        if index.keys().isdisjoint(keys):
-            n0 = len(index)
-            index.update(zip(keys, sids))
-            if len(index) - n0 == len(keys):  # no key twice
-                page_key.update(zip(sids, keys))
-                return
-            for key in keys:  # a key twice: undone (every one was new), then page by page
-                index.pop(key, None)
+        # Each key enters the index unless it is there (a page not keyed yet owns no key): when
+        # every one entered, the run is registered; else the entered ones are taken out again and
+        # the run goes page by page (a key indexed already, or twice in the run).
+        owners = list(map(index.setdefault, keys, sids))
+        if owners == sids:
+            page_key.update(zip(sids, keys))
+            return
+        for key, sid, owner in zip(keys, sids, owners):
+            if owner == sid:
+                del index[key]
         ref, copies = self.ref[t], self.keep_block_copies
         for sid, key in zip(sids, keys):
             owner = index.get(key)
