@@ -25,7 +25,7 @@ import functools
 import math
 import weakref
 from itertools import chain, compress, repeat
-from operator import eq, itemgetter, not_
+from operator import eq, itemgetter, mul, not_
 
 from jenga.evictor import _consume
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
@@ -966,8 +966,11 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     def usage(self) -> MemoryUsage:
         pool = self.pool
         used, cached = pool.used, pool.cached
-        alloc = sum(n * st.page_bytes for n, st in zip(used, self.types))
-        cached_b = sum(n * st.page_bytes for n, st in zip(cached, self.types))
+        # Read once per simulated step: C-level passes over the per-type page sizes.
+        page_bytes = [st.page_bytes for st in self.types]
+        per_type = list(map(mul, used, page_bytes))
+        alloc = sum(per_type)
+        cached_b = sum(map(mul, cached, page_bytes))
         held = self.tot_held - self.dup_bytes
         needed = max(0, min(self.tot_needed - self.dup_bytes, held))
         free = self.capacity_bytes - alloc - cached_b
@@ -977,5 +980,5 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             free_stranded_bytes=min(free, pool.stranded_bytes()),
             large_pages_total=pool.num_large, large_pages_used=pool.large_pages_used,
             path_counts={**pool.path_counts, **self.extra_counts},
-            per_type_allocated_bytes={st.name: n * st.page_bytes for n, st in zip(used, self.types)},
+            per_type_allocated_bytes=dict(zip([st.name for st in self.types], per_type)),
         )
