@@ -1,7 +1,8 @@
 """Are two sets of cell records the same but for wall time? (issue 20's "numbers must not change")
 
     python -m bench.compare_runs OLD/results/runs NEW/results/runs
-    python -m bench.compare_runs OLD/summary.csv NEW/summary.csv     # a study's summaries
+    python -m bench.compare_runs OLD/summary.csv NEW/summary.csv     # a study's summaries (provenance
+                                                                     # and timing columns aside)
 
 
 The check behind issue 20's commits (records at the starting commit, then at the new one):
@@ -45,14 +46,25 @@ def cells(runs: Path) -> dict[tuple, tuple[str, str]]:
     return out
 
 
+# Summary columns that say when, where and how fast a row was made, not what it measured.
+SUMMARY_IGNORED = ("git_rev", "dirty", "code_fingerprint", "time", "wall_s")
+
+
 def same_summary(old: str, new: str) -> int:
-    """Two summary.csv files equal in every column but the provenance ones."""
+    """Two summary.csv files equal in every column but the provenance and timing ones; the
+    columns that differ are named."""
     import pandas as pd
 
     a, b = pd.read_csv(old), pd.read_csv(new)
-    drop = [c for c in ("git_rev", "dirty", "code_fingerprint") if c in a and c in b]
-    same = a.drop(columns=drop).equals(b.drop(columns=drop))
+    drop = [c for c in SUMMARY_IGNORED if c in a and c in b]
+    a, b = a.drop(columns=drop), b.drop(columns=drop)
+    same = a.equals(b)
     print(f"summaries {'identical' if same else 'DIFFER'} ({len(a)} vs {len(b)} rows; ignored {drop})")
+    if not same and list(a.columns) == list(b.columns) and len(a) == len(b):
+        cols = [c for c in a.columns if not a[c].equals(b[c])]
+        print(f"  columns that differ: {cols}")
+    elif not same:
+        print(f"  columns: {sorted(set(a.columns) ^ set(b.columns))} in one only; rows {len(a)} vs {len(b)}")
     return 0 if same else 1
 
 

@@ -46,3 +46,21 @@ def test_sim_bench_line_keeps_its_format_and_host_reference_runs():
     assert sim.summary_line("fig14", "h100", 3, 2.0, 2, recs) == \
         "sim: fig14 H100 3 seeds 2.0 s on 2 cores, 20 simulated s per wall s, slowest cell 100 steps/s (m2/b)"
     assert 0 < sim.host_reference_s(repeat=1) < 60
+
+
+def test_summary_comparison_ignores_provenance_and_timing_only(tmp_path, capsys):
+    """bench/compare_runs.py on two summaries: rows that differ in when, where and how fast they
+    were made are the same; a metric that moved is a difference, named (negative control)."""
+    from bench import compare_runs as c
+
+    head = "model,system,seed,throughput_req_s,git_rev,dirty,time,wall_s\n"
+    old = tmp_path / "old.csv"
+    old.write_text(head + "m,jenga,0,1.25,abc,False,2026-12-02T04:30:43+00:00,0.51\n")
+    same = tmp_path / "same.csv"
+    same.write_text(head + "m,jenga,0,1.25,def,True,2026-12-03T12:00:41+00:00,0.72\n")
+    moved = tmp_path / "moved.csv"
+    moved.write_text(head + "m,jenga,0,1.26,abc,False,2026-12-02T04:30:43+00:00,0.51\n")
+    assert c.main(str(old), str(same)) == 0
+    assert "identical" in capsys.readouterr().out
+    assert c.main(str(old), str(moved)) == 1
+    assert "columns that differ: ['throughput_req_s']" in capsys.readouterr().out
