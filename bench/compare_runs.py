@@ -58,6 +58,10 @@ def same_summary(old: str, new: str) -> int:
     a, b = pd.read_csv(old), pd.read_csv(new)
     drop = [c for c in SUMMARY_IGNORED if c in a and c in b]
     a, b = a.drop(columns=drop), b.drop(columns=drop)
+    for df in (a, b):
+        if "overrides" in df:  # where a record went and whether it was recomputed: not the cell
+            df["overrides"] = [" ".join(o for o in str(v).split() if not o.startswith(RUN_CONTROL))
+                               for v in df["overrides"]]
     same = a.equals(b)
     print(f"summaries {'identical' if same else 'DIFFER'} ({len(a)} vs {len(b)} rows; ignored {drop})")
     if not same and list(a.columns) == list(b.columns) and len(a) == len(b):

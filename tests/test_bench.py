@@ -50,16 +50,17 @@ def test_sim_bench_line_keeps_its_format_and_host_reference_runs():
 
 def test_summary_comparison_ignores_provenance_and_timing_only(tmp_path, capsys):
     """bench/compare_runs.py on two summaries: rows that differ in when, where and how fast they
-    were made are the same; a metric that moved is a difference, named (negative control)."""
+    were made (and where their records went: out_dir=) are the same; a metric that moved is a
+    difference, named (negative control)."""
     from bench import compare_runs as c
 
-    head = "model,system,seed,throughput_req_s,git_rev,dirty,time,wall_s\n"
+    head = "model,system,seed,throughput_req_s,git_rev,dirty,time,wall_s,overrides\n"
     old = tmp_path / "old.csv"
-    old.write_text(head + "m,jenga,0,1.25,abc,False,2026-12-02T04:30:43+00:00,0.51\n")
+    old.write_text(head + "m,jenga,0,1.25,abc,False,2026-12-02T04:30:43+00:00,0.51,model=m seed=0 \n")
     same = tmp_path / "same.csv"
-    same.write_text(head + "m,jenga,0,1.25,def,True,2026-12-03T12:00:41+00:00,0.72\n")
+    same.write_text(head + "m,jenga,0,1.25,def,True,2026-12-03T12:00:41+00:00,0.72,model=m seed=0 out_dir=/tmp/x\n")
     moved = tmp_path / "moved.csv"
-    moved.write_text(head + "m,jenga,0,1.26,abc,False,2026-12-02T04:30:43+00:00,0.51\n")
+    moved.write_text(head + "m,jenga,0,1.26,abc,False,2026-12-02T04:30:43+00:00,0.51,model=m seed=0 \n")
     assert c.main(str(old), str(same)) == 0
     assert "identical" in capsys.readouterr().out
     assert c.main(str(old), str(moved)) == 1
