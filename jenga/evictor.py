@@ -34,6 +34,9 @@ _first, _second = itemgetter(0), itemgetter(1)
 _TS, _PLEN = 1 << 63, 1 << 62
 
 
+# Runs under one heap at which a new run merges them all (_Runs.flush).
+_MERGE_AT = 16
+
 _consume = deque(maxlen=0).extend  # runs an iterator of side effects to its end at C speed
 
 
@@ -77,7 +80,15 @@ class _Runs:
             self.loose = []
         if pending:
             run = pending.pop()
-            heappush(self.heap, (run[-1], next(self._seq), run))
+            heap = self.heap
+            if len(heap) >= _MERGE_AT:
+                # Many runs under the heap interleave key by key (stale pages of many requests,
+                # released at one timestamp with overlapping prefix lengths): one sort merges
+                # them (timsort, at C speed, over runs already sorted), so eviction takes long
+                # stretches again instead of a heap operation every few keys.
+                run = sorted(chain(run, chain.from_iterable([r for _, _, r in heap])), reverse=True)
+                heap.clear()
+            heappush(heap, (run[-1], next(self._seq), run))
         return self.heap
 
     def rebuild(self, live_keys) -> None:

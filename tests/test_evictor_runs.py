@@ -328,3 +328,44 @@ def test_a_queue_is_dropped_only_when_nothing_read_it():
         prev = q.size
     # The first time since the read: rebuilt; the next (nothing read since): dropped.
     assert states[:2] == [True, False]
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 30)), min_size=17, max_size=60),
+       stale=st.lists(st.integers(0, 2000), max_size=40), asks=st.lists(st.integers(1, 200), min_size=1, max_size=6))
+def test_interleaving_runs_merge_and_keep_the_order(runs, stale, asks):
+    """Released runs that interleave key by key (stale pages of many requests: one timestamp,
+    overlapping prefix lengths), each reaching the heap at its own read: once 16 runs are under
+    the heap a new one merges them all (``_Runs.flush``), and pages still leave in one sorted
+    list's order -- both evictors, with some entries stale (pages taken out in between)."""
+    ev, lru, ref, lref = PrefixSubsetEvictor(1, per_type=False), LargePageLRU(1 << 16), {}, {}
+    sid = 0
+    most = 0
+    for i, (ts, n) in enumerate(runs):
+        sids = list(range(sid, sid + n))
+        sid += n
+        plens = [16 * (k + 1 + i % 3) for k in range(n)]
+        ev.add_many(0, sids, ts, plens)
+        ref.update({(0, s): (ts, -p) for s, p in zip(sids, plens)})
+        keys = lru.codes(ts, plens, sids)
+        lru.add_new_many(sids, keys)
+        lref.update(zip(sids, keys))
+        ev.peek_lru()
+        lru.peek_lru()  # a read: the run joins the heap
+        most = max(most, len(ev._runs[0].heap), len(lru._runs.heap))
+    assert most <= 16  # merged, not 60 runs under one heap
+    for s in stale:
+        if (0, s) in ref:
+            ev.remove(0, s)
+            del ref[(0, s)]
+            lru.discard(s)
+            del lref[s]
+    for k in asks:
+        want = _reference_order(ref)[:k]
+        assert ev.pop_lru(k) == want
+        for x in want:
+            del ref[x]
+        lwant = sorted(lref, key=lref.get)[:k]
+        assert lru.pop_lru(k) == lwant
+        for x in lwant:
+            del lref[x]
