@@ -18,7 +18,9 @@ in a heap of 100k pages) per page. Merging sorted runs by their heads gives the 
 a sorted list or a heap of every key gives (keys are unique: they end with the page id).
 Deletion is lazy: an entry is live while it is its page's current key; a page leaves the cache in
 O(1) (its key is dropped; the stale entry is skipped when it reaches a run's end). When the runs
-hold mostly stale entries they are rebuilt as one sorted run of the live keys.
+hold mostly stale entries they are rebuilt as one sorted run of the live keys -- or, when nothing
+read the queue since it was built, dropped until its next read. When many runs are under the heap
+(they interleave key by key) the next one merges them all.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ _consume = deque(maxlen=0).extend  # runs an iterator of side effects to its end
 class _Runs:
     """Keys in sorted runs under a heap of run heads (see the module docstring): ``add`` one key,
     ``push`` a reverse-sorted run, ``first(live)`` the smallest key ``live`` accepts (stale
-    entries met on the way are dropped), ``rebuild(keys)`` one run of the live keys."""
+    entries met on the way are dropped), ``rebuild(keys)`` one run of the live keys, ``drop()``
+    forget them all until the owner rebuilds (``built`` False)."""
 
     __slots__ = ("_seq", "built", "heap", "loose", "pending", "reads", "size")
 

@@ -37,6 +37,7 @@ from jenga.policies import (
     ImagePolicy,
     Policy,
     SlidingPolicy,
+    cdiv,
     policy_for,
 )
 from jenga.pools import PagePool
@@ -476,14 +477,12 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 if held != pol.held_intervals(rs, T0, T0 + 1, tpp):
                     return T0
                 continue
-            end = -(-T0 // tpp)
+            end = cdiv(T0, tpp)
             if T0 == end * tpp or len(held) != 1 or held[0][1] != end:
                 return T0  # the next token needs a page (or the held pages change already)
             q = min(q, end * tpp)
             if type(pol) is FullPolicy:
-                if held[0][0] != 0:
-                    return T0
-                continue
+                continue  # held from page 0 always
             s0 = pol.held_intervals(rs, T0, T0 + 1, tpp)[0][0]
             if s0 != held[0][0]:
                 return T0
