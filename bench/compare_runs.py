@@ -26,7 +26,8 @@ import json
 import sys
 from pathlib import Path
 
-IGNORED = {"wall_s", "provenance", "reused"}
+# trace_file: where the trace went (its bytes are compared below), not what it holds.
+IGNORED = {"wall_s", "provenance", "reused", "trace_file"}
 RUN_CONTROL = ("out_dir=", "force=")  # where a record goes and whether it is recomputed: not the cell
 
 

@@ -65,3 +65,30 @@ def test_summary_comparison_ignores_provenance_and_timing_only(tmp_path, capsys)
     assert "identical" in capsys.readouterr().out
     assert c.main(str(old), str(moved)) == 1
     assert "columns that differ: ['throughput_req_s']" in capsys.readouterr().out
+
+
+def test_records_comparison_ignores_where_they_went(tmp_path, capsys):
+    """bench/compare_runs.py on two record folders: the same cell recorded under another folder
+    (its out_dir= override and trace_file path), at another time, is the same; a trace whose bytes
+    moved, or a metric, is a difference (negative controls)."""
+    import json
+
+    from bench import compare_runs as c
+
+    def write(root, metric=1.25, trace="step,t\n0,0.1\n", stamp="a"):
+        d = root / "sim" / "m" / f"seed0-{stamp}"
+        d.mkdir(parents=True)
+        (d / "trace.csv").write_text(trace)
+        (d / "record.json").write_text(json.dumps({
+            "backend": "sim", "gpu": "h100", "model": "m", "dataset": "d", "system": "jenga", "seed": 0,
+            "overrides": ["model=m", f"out_dir={root}"], "throughput_req_s": metric,
+            "trace_file": str(d / "trace.csv"), "wall_s": 0.5, "provenance": {"time": stamp}}))
+        return root
+
+    old = write(tmp_path / "old")
+    assert c.main(str(old), str(write(tmp_path / "same", stamp="b"))) == 0
+    assert "0 differ" in capsys.readouterr().out
+    assert c.main(str(old), str(write(tmp_path / "trace", trace="step,t\n0,0.2\n"))) == 1
+    assert "differs (trace)" in capsys.readouterr().out
+    assert c.main(str(old), str(write(tmp_path / "metric", metric=1.26))) == 1
+    assert "differs (record)" in capsys.readouterr().out
