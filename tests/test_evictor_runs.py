@@ -335,13 +335,16 @@ def test_a_queue_is_dropped_only_when_nothing_read_it():
        stale=st.lists(st.integers(0, 2000), max_size=40), asks=st.lists(st.integers(1, 200), min_size=1, max_size=6))
 def test_interleaving_runs_merge_and_keep_the_order(runs, stale, asks):
     """Released runs that interleave key by key (stale pages of many requests: one timestamp,
-    overlapping prefix lengths), each reaching the heap at its own read: once 16 runs are under
-    the heap a new one merges them all (``_Runs.flush``), and pages still leave in one sorted
-    list's order -- both evictors, with some entries stale (pages taken out in between)."""
+    overlapping prefix lengths), each reaching the heap at its own read: they stay apart while
+    no eviction paid heap pops for them, and once 16 runs are under the heap and the pops since
+    the last merge cost what a merge would, a new run merges them all (``_Runs.flush``); pages
+    still leave in one sorted list's order -- both evictors, with some entries stale (pages taken
+    out in between)."""
     ev, lru, ref, lref = PrefixSubsetEvictor(1, per_type=False), LargePageLRU(1 << 16), {}, {}
     sid = 0
-    most = 0
-    for i, (ts, n) in enumerate(runs):
+
+    def add_run(i, ts, n):
+        nonlocal sid
         sids = list(range(sid, sid + n))
         sid += n
         plens = [16 * (k + 1 + i % 3) for k in range(n)]
@@ -352,8 +355,22 @@ def test_interleaving_runs_merge_and_keep_the_order(runs, stale, asks):
         lref.update(zip(sids, keys))
         ev.peek_lru()
         lru.peek_lru()  # a read: the run joins the heap
-        most = max(most, len(ev._runs[0].heap), len(lru._runs.heap))
-    assert most <= 16  # merged, not 60 runs under one heap
+
+    for i, (ts, n) in enumerate(runs):
+        add_run(i, ts, n)
+    # No eviction yet, no pop paid: every run stays apart (a merge here would be pure cost).
+    assert len(ev._runs[0].heap) == len(lru._runs.heap) == len(runs)
+    # One eviction from each whose pops (>= 1) are made to outweigh the merge: the next run
+    # merges every run under the heap.
+    ev._runs[0].pop_cost = lru._runs.pop_cost = 1 << 40
+    first = _reference_order(ref)[0]
+    assert ev.pop_lru(1) == [first]
+    del ref[first]
+    lfirst = min(lref, key=lref.get)
+    assert lru.pop_lru(1) == [lfirst]
+    del lref[lfirst]
+    add_run(len(runs), 1, 5)
+    assert len(ev._runs[0].heap) == len(lru._runs.heap) == 1
     for s in stale:
         if (0, s) in ref:
             ev.remove(0, s)
