@@ -20,7 +20,8 @@ Deletion is lazy: an entry is live while it is its page's current key; a page le
 O(1) (its key is dropped; the stale entry is skipped when it reaches a run's end). When the runs
 hold mostly stale entries they are rebuilt as one sorted run of the live keys -- or, when nothing
 read the queue since it was built, dropped until its next read. When many runs are under the heap
-(they interleave key by key) the next one merges them all.
+and the heap pops since the last merge cost what merging would (they interleave key by key), the
+next one merges them all.
 """
 
 from __future__ import annotations
