@@ -35,8 +35,10 @@ from jenga.policies import (
     CrossPolicy,
     FullPolicy,
     ImagePolicy,
+    MambaPolicy,
     Policy,
     SlidingPolicy,
+    TokenDropPolicy,
     cdiv,
     policy_for,
 )
@@ -49,6 +51,7 @@ from jenga.spec import (
     LayerTypeSpec,
     SlidingWindowSpec,
     SpecError,
+    TokenDropSpec,
     page_geometry,
 )
 
@@ -112,12 +115,22 @@ def _weak_hook(owner, name: str):
     return hook
 
 
-# Policies whose held pages PagedManager._quiet_until bounds ahead: held_intervals one interval
-# [start(prev) // tpp, cdiv(T, tpp)) with start never decreasing in prev (full attention: 0; a
-# sliding window or a local chunk, of the spec classes whose needed range they were written for);
-# cross-attention KV is fixed once the request runs (its images).
-_QUIET_SPANS = {FullPolicy: None, SlidingPolicy: SlidingWindowSpec.needed_token_range,
-                ChunkedPolicy: ChunkedLocalSpec.needed_token_range}
+# Policies whose held pages PagedManager._quiet_until bounds ahead: held_intervals ending with
+# [start(prev) // tpp, cdiv(T, tpp)), start never decreasing in prev, and what comes before it fixed
+# (full attention: one interval from 0; a sliding window or a local chunk: one interval; a token-drop
+# budget: the sink's pages, then the recent tokens', once the sink is computed) -- each with the
+# spec method its start is computed from, for the spec classes it was written for (None: none);
+# cross-attention KV is fixed once the request runs (its images), a Mamba state's pages too (its
+# checkpoints are written inside the prompt only, with the default checkpoint rule).
+_QUIET_SPANS = {FullPolicy: None,
+                SlidingPolicy: ("needed_token_range", SlidingWindowSpec.needed_token_range),
+                ChunkedPolicy: ("needed_token_range", ChunkedLocalSpec.needed_token_range),
+                TokenDropPolicy: ("kept_tokens", TokenDropSpec.kept_tokens)}
+
+
+def _held_head(iv: list) -> tuple:
+    """Held intervals of a step but the last one's end (which follows the tokens allocated)."""
+    return iv[:-1], iv[-1][0]
 
 
 class PagedManager(PrefixCacheMixin, MemoryManager):
@@ -436,9 +449,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
 
     def _quiet_allowed(self) -> bool:
         """Whether this manager's common decode step may be taken ahead (allocate): the default
-        registration, Mamba and accounting hooks, every type's policy one _quiet_until bounds
-        (so no state type: Mamba checkpoints are written during decode), allocations that take
-        no page never fail. Decided once, on first use (subclasses set their types in __init__)."""
+        registration, Mamba and accounting hooks, every type's policy one _quiet_until bounds (a
+        Mamba type only where checkpoints follow the default rule, none past the prompt, or the
+        cache is off), allocations that take no page never fail. Decided once, on first use
+        (subclasses set their types in __init__)."""
         cls, spans = type(self), _QUIET_SPANS
         ok = (self.fits_without_pages and cls._register_computed is PagedManager._register_computed
               and cls._snapshot_mamba is PrefixCacheMixin._snapshot_mamba
@@ -446,10 +460,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         # Held data bytes one more token adds (every token type holds one interval ending at or
         # past it; cross-attention pages hold their images whatever the step).
         self._quiet_bpt = sum(bpt for _, _, bpt, kind, _ in self._tinfo if kind == 0)
+        default_checkpoints = (not self.enable_prefix_cache
+                               or cls.checkpoint_positions is PrefixCacheMixin.checkpoint_positions)
         for st in self.types:
             kind = type(st.policy)
-            if kind is not CrossPolicy and (kind not in spans or (
-                    spans[kind] is not None and type(st.policy.spec).needed_token_range is not spans[kind])):
+            if kind is MambaPolicy:
+                ok = ok and default_checkpoints
+            elif kind is not CrossPolicy and (kind not in spans or (
+                    spans[kind] is not None and getattr(type(st.policy.spec), spans[kind][0]) is not spans[kind][1])):
                 ok = False
         self._quiet_ok = ok
         return ok
@@ -458,9 +476,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         """The most tokens a later ``allocate`` of this request may reach and still be the common
         decode step -- every type's held pages as they are now, for any tokens computed between
         now and then, and no token page filled (nothing to register) -- or ``rs.T`` when the
-        next step may differ. Exact for the policies of _quiet_allowed: a held interval's end
-        moves only past ``cdiv(T, tpp) * tpp`` tokens, its start only where ``start(prev) //
-        tpp`` changes, found by bisection (it never decreases)."""
+        next step may differ. Exact for the policies of _quiet_allowed: the last held interval's
+        end moves only past ``cdiv(T, tpp) * tpp`` tokens, its start only where ``start(prev) //
+        tpp`` changes, found by bisection (it never decreases), and the intervals before it (a
+        token-drop budget's sink) stay once the sink is computed."""
         T0 = rs.T
         ok = self._quiet_ok
         if ok is None:
@@ -473,24 +492,29 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             for t, tpp in self._token_tpp:
                 q = min(q, (reg[t] + 1) * tpp - 1)  # the step filling page reg[t] registers it
         for (pol, tpp, *_), held in zip(self._tinfo, rs.held):
-            if type(pol) is CrossPolicy:
+            if type(pol) is CrossPolicy or type(pol) is MambaPolicy:
                 if held != pol.held_intervals(rs, T0, T0 + 1, tpp):
                     return T0
+                if type(pol) is MambaPolicy and self.enable_prefix_cache and T0 < rs.prompt_len:
+                    return T0  # a checkpoint of the prompt may be written on the way
                 continue
             end = cdiv(T0, tpp)
-            if T0 == end * tpp or len(held) != 1 or held[0][1] != end:
+            kind = type(pol)
+            if T0 == end * tpp or not held or held[-1][1] != end or (len(held) != 1 and kind is not TokenDropPolicy):
                 return T0  # the next token needs a page (or the held pages change already)
             q = min(q, end * tpp)
-            if type(pol) is FullPolicy:
+            if kind is FullPolicy:
                 continue  # held from page 0 always
-            s0 = pol.held_intervals(rs, T0, T0 + 1, tpp)[0][0]
-            if s0 != held[0][0]:
+            if kind is TokenDropPolicy and T0 < pol.spec.sink:
+                return T0  # the sink's pages still follow the tokens allocated
+            s0 = _held_head(pol.held_intervals(rs, T0, T0 + 1, tpp))
+            if s0 != _held_head(held):
                 return T0
-            if pol.held_intervals(rs, q - 1, q, tpp)[0][0] != s0:
-                lo, hi = T0, q - 1  # start(lo) == s0 != start(hi): the first change is in (lo, hi]
+            if _held_head(pol.held_intervals(rs, q - 1, q, tpp)) != s0:
+                lo, hi = T0, q - 1  # head(lo) == s0 != head(hi): the first change is in (lo, hi]
                 while hi - lo > 1:
                     mid = (lo + hi) >> 1
-                    if pol.held_intervals(rs, mid, mid + 1, tpp)[0][0] == s0:
+                    if _held_head(pol.held_intervals(rs, mid, mid + 1, tpp)) == s0:
                         lo = mid
                     else:
                         hi = mid

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import jenga
 from jenga.fuzz import MIXES, Req, _new_request, make_stream_manager
 from jenga.interface import ImageSpan
-from jenga.spec import ChunkedLocalSpec, FullAttentionSpec, SlidingWindowSpec
+from jenga.spec import ChunkedLocalSpec, FullAttentionSpec, MambaSpec, SlidingWindowSpec, TokenDropSpec
 from jenga.testing import check_invariants, state_fingerprint
 
 
@@ -84,11 +84,10 @@ def test_look_ahead_changes_nothing_on_any_mix(mix):
     assert decodes > 100
     # The look-ahead answers a good share of the decode steps where every type's policy is one it
     # bounds (pages of 1-8 tokens and windows of 4-9 here: short horizons), so the comparison is
-    # not vacuous; never where a type holds Mamba state (jenga keeps it as such).
-    if mix in ("full", "full+swa", "swa+swa", "full+chunked", "self+cross", "kv_sharing", "spec_decode"):
+    # not vacuous -- Mamba state included (its checkpoints are written inside the prompt only).
+    if mix in ("full", "full+swa", "swa+swa", "full+chunked", "self+cross", "kv_sharing", "spec_decode",
+               "token_drop", "mamba", "full+mamba"):
         assert ahead * 10 > decodes, (ahead, decodes)
-    if mix in ("mamba", "full+mamba"):
-        assert ahead == 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -144,3 +143,43 @@ def test_cross_attention_pages_never_bound_the_horizon():
 
     specs = [FullAttentionSpec("self", 1, 64), CrossAttentionSpec("cross", 1, 64)]
     assert _horizon(specs, 5, cache=False, images=(ImageSpan(1, 6, 2),)) == 8
+
+
+def test_token_drop_horizons():
+    """A token-drop budget (keep 1/4, at least 4 tokens, 2 sink tokens; 8 tokens per page) keeps the
+    recent tokens from ``p - ceil(p / 4) + 2`` on, p computed. At 17 tokens (16 computed: from 14,
+    page 1, the sink's page, so one interval [0, 3)) the recent start leaves page 1 with 19 computed
+    (16): the held pages split in two there, 19. At 25 (24 computed: [0, 1) and [2, 4)) it reaches
+    page 3 with 30 computed (24), before the end (32): 30. With a sink of 6 and 4 tokens per page,
+    at 5 tokens the sink's pages still follow the tokens allocated: no look-ahead; at 6 the page
+    end bounds it, 8."""
+    quarter = [TokenDropSpec("drop", 1, 64, keep_ratio=0.25, min_tokens=4, sink=2)]
+    assert _horizon(quarter, 17, cache=False, tpp=8) == 19
+    assert _horizon(quarter, 25, cache=False, tpp=8) == 30
+    sink6 = [TokenDropSpec("drop", 1, 64, keep_ratio=0.5, min_tokens=4, sink=6)]
+    assert _horizon(sink6, 5, cache=False) == 5
+    assert _horizon(sink6, 6, cache=False) == 8
+
+
+def test_no_look_ahead_where_a_mamba_checkpoint_may_be_written():
+    """A Mamba type's state pages never change while the request runs, so decode steps are taken
+    ahead without bound (no token type here); but inside the prompt, with the prefix cache on, a
+    step may write a checkpoint (every multiple of the checkpoint interval): no look-ahead there.
+    A system with its own checkpoint rule (Marconi) never looks ahead."""
+    spec = [MambaSpec("mamba", 2, 1, state_bytes_per_layer=300, conv_bytes_per_layer=20, checkpoint_interval=4)]
+    for cache, want_ahead in ((False, True), (True, True)):
+        m = jenga.make_manager("jenga", spec, 1 << 24, tokens_per_page=4, enable_prefix_cache=cache)
+        r = Req("r", list(range(9)))
+        assert m.allocate(r, 6)  # 6 of 9 prompt tokens
+        assert (m.reqs["r"].quiet > 6) == (not cache)
+        assert m.allocate(r, 3)
+        m.begin_step()
+        r.output_token_ids.append(7)
+        assert m.allocate(r, 1)
+        assert (m.reqs["r"].quiet > 10) == want_ahead
+    m = jenga.make_manager("marconi", spec, 1 << 24, tokens_per_page=4, enable_prefix_cache=True)
+    r = Req("r", list(range(9)))
+    assert m.allocate(r, 9)
+    r.output_token_ids.append(7)
+    assert m.allocate(r, 1)
+    assert m.reqs["r"].quiet == 10
