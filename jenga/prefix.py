@@ -165,10 +165,15 @@ class PrefixCacheMixin:
                 fns.append(lambda L, pol=pol, c=count, tpp=st.tokens_per_page:
                            pol.longest_valid(c, L, self.align, tpp))
         L = upper
+        align = self.align
         while True:
             L0 = L
             for fn in fns:
+                # Every answer a whole number of pages of every token type: an uncached image
+                # bounds the hit at its first token, which need not end a page (a hit ending
+                # inside a page would count tokens whose page is allocated fresh, never written).
                 L = fn(L)
+                L -= L % align
             if L == L0:
                 return L
 

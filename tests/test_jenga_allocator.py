@@ -268,6 +268,25 @@ def test_cross_attention_pages_are_cached_per_image():
     check_invariants(m)
 
 
+def test_an_uncached_image_bounds_the_hit_at_a_page_boundary():
+    """A hit stops at an image whose cross-attention KV is not cached -- at its first token, rounded
+    down to a whole page: with 2 tokens per page and the image at token 3, the text pages of
+    [0, 4) cached, the hit is 2 tokens, not 3 (token 2's page would be allocated fresh and never
+    written). With the image cached the hit takes the text prefix the prompt allows (4)."""
+    specs = [FullAttentionSpec("text", 1, 64), CrossAttentionSpec("cross", 1, 64)]
+    m = make_manager("jenga", specs, 64 * 64, tokens_per_page=2, enable_prefix_cache=True)
+    a = req("a", np.arange(6), [ImageSpan(1, 4, 3)])
+    assert m.allocate(a, 6)
+    m.free(a)
+    b = req("b", np.r_[np.arange(4), 99], [ImageSpan(1, 4, 3)])
+    assert m.lookup_prefix(b) == 4  # the image is cached: text pages [0, 2) and [2, 4)
+    # The image's pages leave the index as an eviction takes them (the manager's own hook; the
+    # text pages stay cached).
+    m._on_evict_many([(1, sid) for sid in list(m.index[1].values())])
+    c = req("c", np.r_[np.arange(4), 98], [ImageSpan(1, 4, 3)])
+    assert m.lookup_prefix(c) == 2
+
+
 def test_prompt_hashes_extend_with_output_tokens():
     specs = [FullAttentionSpec("full", 1, 64)]
     m = make_manager("jenga", specs, 64 * 64, tokens_per_page=2, enable_prefix_cache=True)
