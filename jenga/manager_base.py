@@ -25,9 +25,8 @@ import functools
 import math
 import weakref
 from itertools import chain, compress, repeat
-from operator import eq, itemgetter, mul, not_
+from operator import itemgetter, mul
 
-from jenga.evictor import _consume
 from jenga.interface import MemoryManager, MemoryUsage, RequestView
 from jenga.journal import Journal
 from jenga.policies import (
@@ -867,43 +866,35 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 page_key.pop(s, None)
             self._hand_to_pool(t, (), ts, (), sids)
             return
+        # A registered page owns its key while held (a key changes owner only while its owner is
+        # unheld; jenga.testing.check_invariants), so it goes to the cache under it: only the pages
+        # not registered yet are asked of the index.
         keys = list(map(page_key.get, sids))
-        filled = ()
-        if None in keys:
-            # Pages not registered yet: the key read from the hash chain by index (None past the
-            # computed tokens or the known ones).
-            T, hs, k = rs.T, rs.hasher.chain(rs.T), tpp // rs.hasher.block
-            nh, i, filled = len(hs), -1, []
-            for _ in range(keys.count(None)):
-                i = keys.index(None, i + 1)
-                j = js[i]
-                if (j + 1) * tpp <= T and (j + 1) * k - 1 < nh:
-                    keys[i] = hs[(j + 1) * k - 1]
-                    filled.append(i)
-        # Each keyed page goes to the cache under its key if it owns it (index.setdefault, in run
-        # order); the others (no key, or a key another page owns) are freed.
         if None not in keys:
-            owners = list(map(index.setdefault, keys, sids))
-        else:
-            # The keyed stretches between the unkeyed pages (usually one: the partial last page)
-            # one C-level pass each.
-            owners, prev, i = [], 0, -1
-            for _ in range(keys.count(None)):
-                i = keys.index(None, i + 1)
-                owners += map(index.setdefault, keys[prev:i], sids[prev:i])
-                owners.append(None)
-                prev = i + 1
-            owners += map(index.setdefault, keys[prev:], sids[prev:])
-        for i in filled:
-            if owners[i] == sids[i]:
-                page_key[sids[i]] = keys[i]
-        if owners == sids:
             cached, cached_js, freed = sids, js, []
         else:
-            owned = list(map(eq, owners, sids))
-            cached, cached_js = list(compress(sids, owned)), list(compress(js, owned))
-            freed = list(compress(sids, map(not_, owned)))
-            _consume(map(page_key.pop, freed, repeat(None)))
+            # Their key read from the hash chain by index (None past the computed tokens or the
+            # known ones); each goes to the cache if it takes its key (index.setdefault, in run
+            # order), else it is freed.
+            T, hs, k = rs.T, rs.hasher.chain(rs.T), tpp // rs.hasher.block
+            nh, i, gone = len(hs), -1, []
+            for _ in range(keys.count(None)):
+                i = keys.index(None, i + 1)
+                j, sid = js[i], sids[i]
+                if (j + 1) * tpp <= T and (j + 1) * k - 1 < nh:
+                    key = hs[(j + 1) * k - 1]
+                    if index.setdefault(key, sid) == sid:
+                        page_key[sid] = key
+                        continue
+                gone.append(i)
+            if not gone:
+                cached, cached_js, freed = sids, js, []
+            else:
+                owned = [True] * len(sids)
+                for i in gone:
+                    owned[i] = False
+                cached, cached_js = list(compress(sids, owned)), list(compress(js, owned))
+                freed = [sids[i] for i in gone]
         self._hand_to_pool(t, cached, ts, [(j + 1) * tpp for j in cached_js], freed)
 
     def _hand_to_pool(self, t: int, cached_sids, ts: int, cached_plens, freed) -> None:

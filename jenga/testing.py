@@ -60,6 +60,12 @@ def check_invariants(mgr: PagedManager) -> None:
         assert pool.cached[t] == cached_t, f"type {t}: pool.cached {pool.cached[t]} != {cached_t}"
         for key, sid in mgr.index[t].items():
             assert mgr.page_key[t].get(sid) == key, "cache index and page keys disagree"
+        # A held page with a key owns it (a key changes owner only while its owner is unheld), so
+        # a release finds its registered pages in the index (PagedManager._release_token_run).
+        for sid in (s for u, s in refs if u == t):
+            key = mgr.page_key[t].get(sid)
+            assert key is None or mgr.index[t].get(key) == sid or sid in mgr.copy_key[t], \
+                f"type {t}: held page {sid} has key {key} owned by {mgr.index[t].get(key)}"
     if not mgr.enable_prefix_cache:
         assert sum(pool.cached) == 0
     # 3. Two-level: a large page is free iff all its small pages are.
