@@ -456,8 +456,8 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         ok = (self.fits_without_pages and cls._register_computed is PagedManager._register_computed
               and cls._snapshot_mamba is PrefixCacheMixin._snapshot_mamba
               and cls._account is PagedManager._account)
-        # Held data bytes one more token adds (every token type holds one interval ending at or
-        # past it; cross-attention pages hold their images whatever the step).
+        # Held data bytes one more token adds (every token type's last held interval ends at or
+        # past it; cross-attention pages hold their images, Mamba its state, whatever the step).
         self._quiet_bpt = sum(bpt for _, _, bpt, kind, _ in self._tinfo if kind == 0)
         default_checkpoints = (not self.enable_prefix_cache
                                or cls.checkpoint_positions is PrefixCacheMixin.checkpoint_positions)
@@ -491,14 +491,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             for t, tpp in self._token_tpp:
                 q = min(q, (reg[t] + 1) * tpp - 1)  # the step filling page reg[t] registers it
         for (pol, tpp, *_), held in zip(self._tinfo, rs.held):
-            if type(pol) is CrossPolicy or type(pol) is MambaPolicy:
+            kind = type(pol)
+            if kind is CrossPolicy or kind is MambaPolicy:
                 if held != pol.held_intervals(rs, T0, T0 + 1, tpp):
                     return T0
-                if type(pol) is MambaPolicy and self.enable_prefix_cache and T0 < rs.prompt_len:
+                if kind is MambaPolicy and self.enable_prefix_cache and T0 < rs.prompt_len:
                     return T0  # a checkpoint of the prompt may be written on the way
                 continue
             end = cdiv(T0, tpp)
-            kind = type(pol)
             if T0 == end * tpp or not held or held[-1][1] != end or (len(held) != 1 and kind is not TokenDropPolicy):
                 return T0  # the next token needs a page (or the held pages change already)
             q = min(q, end * tpp)
