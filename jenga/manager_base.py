@@ -839,9 +839,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
 
     def _release_token_run(self, rs: ReqState, t: int, js, sids: list[int], ts: int, tpp: int) -> None:
         """:meth:`_release_run`'s loop for token pages none of which is a remembered copy, as a
-        few passes over the run that each do one thing (list comprehensions, list equality,
-        ``dict.update``) instead of one branchy Python step per page: the same contents of every
-        dict, so the same state (a finished request releases ~10k pages per type; issue 20)."""
+        few passes over the run that each do one thing (C-level ``map`` passes, the index asked
+        only about pages not registered yet) instead of one branchy Python step per page: the
+        same contents of every dict, so the same state (a finished request releases ~10k pages
+        per type; issue 20)."""
         ref, page_key, index, shared = self.ref[t], self.page_key[t], self.index[t], self.shared_data[t]
         # Every page's reference count, taken out in the same pass (nothing iterates ``ref``, so
         # the shared pages' counts may come back at its end).
@@ -870,14 +871,13 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         # unheld; jenga.testing.check_invariants), so it goes to the cache under it: only the pages
         # not registered yet are asked of the index.
         keys = list(map(page_key.get, sids))
-        if None not in keys:
-            cached, cached_js, freed = sids, js, []
-        else:
+        gone = []  # run positions of pages freed, not cached
+        if None in keys:
             # Their key read from the hash chain by index (None past the computed tokens or the
             # known ones); each goes to the cache if it takes its key (index.setdefault, in run
             # order), else it is freed.
             T, hs, k = rs.T, rs.hasher.chain(rs.T), tpp // rs.hasher.block
-            nh, i, gone = len(hs), -1, []
+            nh, i = len(hs), -1
             for _ in range(keys.count(None)):
                 i = keys.index(None, i + 1)
                 j, sid = js[i], sids[i]
@@ -887,14 +887,14 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                         page_key[sid] = key
                         continue
                 gone.append(i)
-            if not gone:
-                cached, cached_js, freed = sids, js, []
-            else:
-                owned = [True] * len(sids)
-                for i in gone:
-                    owned[i] = False
-                cached, cached_js = list(compress(sids, owned)), list(compress(js, owned))
-                freed = [sids[i] for i in gone]
+        if gone:
+            owned = [True] * len(sids)
+            for i in gone:
+                owned[i] = False
+            cached, cached_js = list(compress(sids, owned)), list(compress(js, owned))
+            freed = [sids[i] for i in gone]
+        else:
+            cached, cached_js, freed = sids, js, []
         self._hand_to_pool(t, cached, ts, [(j + 1) * tpp for j in cached_js], freed)
 
     def _hand_to_pool(self, t: int, cached_sids, ts: int, cached_plens, freed) -> None:
