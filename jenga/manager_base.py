@@ -191,6 +191,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         # Evictions so far, and the count each pending lookup saw (prefix._hit_at_admission).
         self._evictions = 0
         self._lookup_stamp: dict[object, int] = {}
+        # Index entries given to another page so far (an eviction aside), and per type the pages
+        # the last prefix search found (prefix._cached_prefix_pages, read by _plan_hits).
+        self._owner_changes = 0
+        self._found: dict[int, tuple] = {}
         self.now = 0
         self.tot_needed = 0
         self.tot_held = 0
@@ -603,12 +607,13 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 ref.update(dict.fromkeys(unpinned, 1))
                 pages.update(js)
                 js = ()
-            elif plain_pin and plain_data and all(refs) and (max(map(_first, js)) + 1) * tpp <= T:
-                # A hit on pages running requests hold, every one full (tpp tokens of data): the
-                # per-page branch below for all of them at once.
+            elif plain_pin and plain_data and all(refs) and (js[-1][0] + 1) * tpp <= T:
+                # A hit on pages running requests hold, every one full (tpp tokens of data; a
+                # hit's pages ascend, _plan_hits): the per-page branch below for all of them at
+                # once, logged as one entry (_rollback).
                 data = list(map(shared.setdefault, sids, repeat(tpp * bpt)))
                 self.dup_bytes += sum(data)
-                pins.extend(zip(repeat(t), sids, repeat(None), data))
+                pins.append((t, sids, None, data))
                 ref.update(zip(sids, [r + 1 for r in refs]))
                 pages.update(js)
                 js = ()
@@ -631,7 +636,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             if unpinned:
                 keys = (uncache_many(t, unpinned) if uncache_many is not None
                         else [from_cached(t, sid) for sid in unpinned])
-                pins.extend(zip(repeat(t), unpinned, keys, repeat(0)))
+                pins.append((t, unpinned, keys, 0))
         alloc_many, jr = self.pool.alloc_many, self._j
         for t, plan in enumerate(plans):
             if plan is None or not plan[1]:
@@ -668,6 +673,19 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 del pages[j]
                 free(t, sid)
         for t, sid, key, _ in reversed(pins):
+            if type(sid) is list:
+                # A batch of pins (_try_alloc's C-level branches): undone last page first, each
+                # as its own entry would be.
+                ref = self.ref[t]
+                for i in range(len(sid) - 1, -1, -1):
+                    s = sid[i]
+                    if key is None:
+                        ref[s] -= 1
+                        self._undup(t, s, ref[s])
+                    else:
+                        del ref[s]
+                        self.pool.to_cached(t, s, *key[i])
+                continue
             if key is None:
                 self.ref[t][sid] -= 1
                 self._undup(t, sid, self.ref[t][sid])
@@ -748,6 +766,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             elif owner != sid and not ref.get(owner, 0):
                 index[key] = sid
                 page_key[sid] = key
+                self._owner_changes += 1
 
     def _cacheable(self, rs: ReqState, t: int, j: int) -> bool:
         """Whether logical page j of type t may enter the cache index (every page here; today's

@@ -116,18 +116,26 @@ class PrefixCacheMixin:
 
     def _cached_prefix_pages(self, t: int, hasher: BlockHasher, npages: int) -> int:
         """How many of pages ``0 .. npages-1`` of type ``t``, from the first, end in a prefix the
-        cache index holds (up to the first miss): galloping chunks of the page hashes, each tested
-        at C speed (``map`` of the index's ``__contains__``) -- a 150k-token prompt is ~10k pages
-        per type."""
-        contains = self.index[t].__contains__
+        cache index holds (up to the first miss): galloping chunks of the page hashes, each looked
+        up at C speed (``map`` of the index's ``get``) -- a 150k-token prompt is ~10k pages per
+        type. The pages found are kept for _plan_hits (``_found``): the admission that follows
+        the search pins them without looking each up again, unless the index changed since."""
+        get = self.index[t].get
         chain, k, npages = hasher.page_chain(self.types[t].tokens_per_page, npages)
-        n, step = 0, 64
+        n, step, found = 0, 64, []
         while n < npages:
-            chunk = chain[(n + 1) * k - 1:min(n + step, npages) * k:k]
-            if not all(map(contains, chunk)):
-                return n + list(map(contains, chunk)).index(False)
-            n += len(chunk)
-            step *= 2
+            sids = list(map(get, chain[(n + 1) * k - 1:min(n + step, npages) * k:k]))
+            if None in sids:
+                del sids[sids.index(None):]
+                found += sids
+                n += len(sids)
+                break
+            found += sids
+            n += len(sids)
+            # Chunks double up to 512 pages: the chunk holding the first miss is looked up whole,
+            # so a larger one would look up thousands of pages past it (a prompt's own suffix).
+            step = min(2 * step, 512)
+        self._found[t] = (hasher, self._evictions, self._owner_changes, found)
         return n
 
     def _longest_hit(self, hasher: BlockHasher, images: list[ImageInfo], upper: int) -> int:
@@ -339,6 +347,7 @@ class PrefixCacheMixin:
             if self._j is not None:
                 self._j.item(self.index[t], key)
                 self._j.item(self.page_key[t], sid)
+            self._owner_changes += owner is not None
             self.index[t][key] = sid
             self.page_key[t][sid] = key
 
@@ -449,10 +458,17 @@ class PrefixCacheMixin:
                 if len(plans[t][0]) == 1:
                     # One held interval: ``fresh`` is consecutive pages, and the hit takes those
                     # that end inside it -- their hashes one slice of the chain, their pages one
-                    # C-level map over the index.
+                    # C-level map over the index, or the pages this request's prefix search
+                    # found (_cached_prefix_pages) when no index entry was dropped or given to
+                    # another page since (entries added since change none of them).
                     js = fresh[:max(0, min(len(fresh), L // tpp - fresh[0]))]
-                    hk = hs[(js[0] + 1) * k - 1:(js[-1] + 1) * k:k]
-                    got = list(zip(js, map(idx.__getitem__, hk)))
+                    memo = self._found.get(t)
+                    if (memo is not None and memo[0] is rs.hasher and memo[1] == self._evictions
+                            and memo[2] == self._owner_changes and len(memo[3]) >= js[-1] + 1):
+                        got = list(zip(js, memo[3][js[0]:js[-1] + 1]))
+                    else:
+                        hk = hs[(js[0] + 1) * k - 1:(js[-1] + 1) * k:k]
+                        got = list(zip(js, map(idx.__getitem__, hk)))
                 else:
                     for j in fresh:
                         if (j + 1) * tpp > L:

@@ -142,6 +142,9 @@ def _check_exact(mgr: PagedManager) -> None:
 # log, eviction callbacks, the immutable policies/specs.
 _NOT_STATE = frozenset({"hasher", "_bases", "image_held", "_j", "on_evict", "_on_evict", "policy", "acct", "specs", "types",
                         "geometry", "_tinfo", "hashes", "_evictions", "_lookup_stamp",
+                        # the last prefix search's pages and the count of owner changes it was
+                        # made at (prefix._cached_prefix_pages): a memo, not state
+                        "_found", "_owner_changes",
                         # caches of values the pool can recompute (LcmPagePool.lp_newest,
                         # UnifiedArenaPool.page_offset's compacted layout; SglangPools' bound
                         # references for its unrolled eviction)
