@@ -258,10 +258,14 @@ class PrefixCacheMixin:
         for t in types:
             sids = list(map(_second, pages)) if len(types) == 1 else [s for u, s in pages if u == t]
             pk, idx = page_key[t], index[t]
-            if copies and not (copy_key[t].keys().isdisjoint(sids)
-                               and copies_of[t].keys().isdisjoint(map(pk.get, sids))):
-                # A page that is a remembered copy, or whose key has copies: page by page in
-                # eviction order (an evicted owner hands its key to a copy, which may be next).
+            # The keys popped in one C-level pass (page_key and the index are lookups: the order
+            # of their entries is not state, jenga.testing._LOOKUP_ONLY).
+            keys = list(map(pk.pop, sids, repeat(None)))
+            if copies and not (copy_key[t].keys().isdisjoint(sids) and copies_of[t].keys().isdisjoint(keys)):
+                # A page that is a remembered copy, or whose key has copies: its keys put back,
+                # then page by page in eviction order (an evicted owner hands its key to a copy,
+                # which may be next).
+                pk.update([(sid, key) for sid, key in zip(sids, keys) if key is not None])
                 for sid in sids:
                     key = pk.pop(sid, None)
                     if key is not None and idx.get(key) == sid:
@@ -269,11 +273,9 @@ class PrefixCacheMixin:
                     if sid in copy_key[t] or (key is not None and key not in idx and key in copies_of[t]):
                         self._evict_copy(t, sid, key)
                 continue
-            # No copy involved: the keys popped in one C-level pass, the index entries the evicted
-            # pages own deleted in a plain loop (map of a dict's __delitem__ is a slot wrapper,
-            # slower than the loop). Which entries go does not depend on the order (a key has one
-            # owner), nor what the dicts hold after.
-            keys = list(map(pk.pop, sids, repeat(None)))
+            # No copy involved: the index entries the evicted pages own deleted in a plain loop
+            # (map of a dict's __delitem__ is a slot wrapper, slower than the loop). Which entries
+            # go does not depend on the order (a key has one owner), nor what the dicts hold after.
             owners = list(map(idx.get, keys))
             if owners != sids:
                 keys = list(compress(keys, map(eq, owners, sids)))

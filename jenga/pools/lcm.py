@@ -756,11 +756,13 @@ class LcmPagePool:
                     lp_slots[lp] = None
                     lp_type[lp] = -1
                 continue
+            # Every slot of the type's large pages in one pop_cached (the same pages, in the same
+            # order, as one call per large page: their slots are disjoint).
+            evl[t] -= sum([lp_cached[lp] for lp in mine])
+            gone = evictor.pop_cached(t, [s for lp in mine for s in range(lp * r, lp * r + r)])
+            evicted += zip(repeat(t), gone)
+            cached[t] -= len(gone)
             for lp in mine:
-                evl[t] -= lp_cached[lp]
-                gone = evictor.pop_cached(t, range(lp * r, lp * r + r))
-                evicted += zip(repeat(t), gone)
-                cached[t] -= len(gone)
                 lp_cached[lp] = 0
                 lp_newest[lp] = None
                 self._release_large(lp, t, push=False)
