@@ -28,31 +28,13 @@ from __future__ import annotations
 
 from collections import deque
 from heapq import heappop, heappush, heapreplace
-from itertools import chain, count
-from operator import itemgetter
+from itertools import chain, count, repeat
+from operator import itemgetter, neg
 
 _first, _second = itemgetter(0), itemgetter(1)
 
-# Integer keys (both queues): the timestamp's place, and the offset of -prefix_length in it.
+# LargePageLRU's integer keys: the timestamp's place, and the offset of -prefix_length in it.
 _TS, _PLEN = 1 << 63, 1 << 62
-# PrefixSubsetEvictor's key ``(last_access, -prefix_length, type, sid)`` as one integer with the
-# same order: ``(last_access * 2**63 + 2**62 - prefix_length) * 2**48 + type * 2**40 + sid`` (types
-# below 256, small-page ids below 2**40). Sorting and comparing these costs a seventh of the
-# tuples' (microbenchmarked, CPython 3.11: merging 16 sorted runs of 5k keys 1.68 -> 0.23 us per
-# key), and a released run is sorted into the queue on every cache join.
-_HI, _TYPE = 48, 40
-_SID_MASK, _TYPE_MASK, _TS_MASK = (1 << _TYPE) - 1, (1 << (_HI - _TYPE)) - 1, _TS - 1
-
-
-def _small_key(ts: int, plen: int, t: int, sid: int) -> int:
-    return ((ts * _TS + _PLEN - plen) << _HI) + (t << _TYPE) + sid
-
-
-def _small_tuple(key: int) -> tuple[int, int, int, int]:
-    """``(last_access, -prefix_length, type, sid)`` of an integer key (floor shifts: the
-    timestamp may be negative)."""
-    hi = key >> _HI
-    return hi >> 63, (hi & _TS_MASK) - _PLEN, (key >> _TYPE) & _TYPE_MASK, key & _SID_MASK
 
 
 # Runs under one heap from which a new run may merge them all (_Runs.flush) ...
@@ -204,20 +186,16 @@ class PrefixSubsetEvictor:
     def __init__(self, num_types: int, per_type: bool = True):
         self.per_type = per_type
         n = num_types if per_type else 1
-        if num_types > _TYPE_MASK + 1:
-            raise ValueError(f"PrefixSubsetEvictor: at most {_TYPE_MASK + 1} layer types, got {num_types}")
-        self._runs: list[_Runs] = [_Runs(_POP_COST_INT) for _ in range(n)]
-        # Per type: cached page -> its integer key (_small_key), the one entry of it that is live.
-        self._key: list[dict[int, int]] = [{} for _ in range(num_types)]
+        self._runs: list[_Runs] = [_Runs() for _ in range(n)]
+        self._key: list[dict[int, tuple]] = [{} for _ in range(num_types)]
         self._j = None  # jenga.journal.Journal while an allocation that may fail runs
 
     def __len__(self) -> int:
         return sum(map(len, self._key))
 
     def state_view(self) -> list[tuple]:
-        """What the evictor holds, layout aside: every cached page's key ``(last_access,
-        -prefix_length, type, sid)``, in eviction order."""
-        return list(map(_small_tuple, sorted(k for d in self._key for k in d.values())))
+        """What the evictor holds, layout aside: every cached page's key, in eviction order."""
+        return sorted(k for d in self._key for k in d.values())
 
     def count(self, t: int) -> int:
         return len(self._key[t])
@@ -240,16 +218,16 @@ class PrefixSubsetEvictor:
         return n
 
     def timestamp(self, t: int, sid: int) -> int:
-        return self._key[t][sid] >> (_HI + 63)
+        return self._key[t][sid][0]
 
     def key_of(self, t: int, sid: int) -> tuple[int, int]:
         """Eviction key ``(last_access, -prefix_length)`` of a cached page (smaller goes first)."""
-        hi = self._key[t][sid] >> _HI
-        return hi >> 63, (hi & _TS_MASK) - _PLEN
+        key = self._key[t][sid]
+        return key[0], key[1]
 
     def _live_fn(self):
         keys = self._key
-        return lambda k: keys[(k >> _TYPE) & _TYPE_MASK].get(k & _SID_MASK) == k
+        return lambda k: keys[k[2]].get(k[3]) == k
 
     def _live_keys(self, h: int):
         return self._key[h].values() if self.per_type else [k for d in self._key for k in d.values()]
@@ -284,7 +262,7 @@ class PrefixSubsetEvictor:
             q.rebuild(self._live_keys(h))
 
     def add(self, t: int, sid: int, ts: int, plen: int) -> None:
-        key = _small_key(ts, plen, t, sid)
+        key = (ts, -plen, t, sid)
         self._key[t][sid] = key
         self._add_run(t if self.per_type else 0, None, key)
         if self._j is not None:
@@ -292,8 +270,7 @@ class PrefixSubsetEvictor:
 
     def add_many(self, t: int, sids, ts: int, plens) -> None:
         """:meth:`add` of ``(sid, plen)`` pairs at one timestamp (a released run of pages)."""
-        base = _small_key(ts, 0, t, 0)
-        keys = [base + sid - (plen << _HI) for sid, plen in zip(sids, plens)]
+        keys = list(zip(repeat(ts), map(neg, plens), repeat(t), sids))
         self._key[t].update(zip(sids, keys))
         if self._j is not None:
             for s in sids:
@@ -310,15 +287,14 @@ class PrefixSubsetEvictor:
         key = self._key[t].pop(sid)  # its run entry is stale from now on
         if self._j is not None:
             self._j.call(self._unremove, key)
-        hi = key >> _HI
-        return hi >> 63, _PLEN - (hi & _TS_MASK)
+        return key[0], -key[1]
 
     def remove_many(self, t: int, sids) -> list[tuple[int, int]]:
         """:meth:`remove` of every page in ``sids``; their ``(ts, plen)`` in order."""
         if self._j is not None:
             return [self.remove(t, s) for s in sids]
         pop = self._key[t].pop
-        return [(hi >> 63, _PLEN - (hi & _TS_MASK)) for hi in [k >> _HI for k in map(pop, sids)]]
+        return [(k[0], -k[1]) for k in map(pop, sids)]
 
     def pop_lru(self, k: int) -> list[tuple[int, int]]:
         """Take out the ``k`` first pages in eviction order (fewer when fewer are cached), as
@@ -333,10 +309,9 @@ class PrefixSubsetEvictor:
 
         def take_stretch(chunk: list) -> int:
             # Live (still the page's key) and taken in one pass: a key met twice is gone the
-            # second time (pop returns the key, a nonzero integer: its 2**62 term).
-            live = [(t, sid) for key in chunk
-                    if (d := keys[(t := (key >> _TYPE) & _TYPE_MASK)]).get(sid := key & _SID_MASK) == key and d.pop(sid)]
-            out.extend(live)
+            # second time (pop returns the key, a true tuple).
+            live = [key for key in chunk if keys[key[2]].get(key[3]) == key and keys[key[2]].pop(key[3])]
+            out.extend([(key[2], key[3]) for key in live])
             return len(live)
 
         self._queue(0).pop_first(k, take_stretch)
@@ -358,10 +333,9 @@ class PrefixSubsetEvictor:
     def _unadd(self, t: int, sid: int, _) -> None:
         del self._key[t][sid]
 
-    def _unremove(self, key: int, *_) -> None:
-        t = (key >> _TYPE) & _TYPE_MASK
-        self._key[t][key & _SID_MASK] = key
-        self._add_run(t if self.per_type else 0, None, key)
+    def _unremove(self, key: tuple, *_) -> None:
+        self._key[key[2]][key[3]] = key
+        self._add_run(key[2] if self.per_type else 0, None, key)
 
     def in_order(self):
         """Every cached ``(type, sid)`` in eviction order (one shared queue only); the cache must
@@ -371,7 +345,7 @@ class PrefixSubsetEvictor:
         # A set: an entry can be in the runs twice (a page taken out and put back with the same
         # key by an undone allocation) and both copies are then live.
         for k in sorted({k for k in self._queue(0).all_entries() if live(k)}):
-            yield (k >> _TYPE) & _TYPE_MASK, k & _SID_MASK
+            yield k[2], k[3]
 
     def peek_lru(self, t: int | None = None) -> tuple[int, int] | None:
         """``(type, sid)`` of the page to evict next (of type ``t``, or overall)."""
@@ -381,7 +355,7 @@ class PrefixSubsetEvictor:
                     return key
             return None
         key = self._queue(t if self.per_type and t is not None else 0).first(self._live_fn())
-        return None if key is None else ((key >> _TYPE) & _TYPE_MASK, key & _SID_MASK)
+        return None if key is None else (key[2], key[3])
 
 
 class LargePageLRU:
