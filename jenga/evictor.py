@@ -33,6 +33,17 @@ from operator import itemgetter, neg
 
 _first, _second = itemgetter(0), itemgetter(1)
 
+
+def pins_by_type(pinned) -> dict[int, list[int]]:
+    """The cached pages a hit pins, per type: ``pinned`` as the manager passes it (``{t: [sid,
+    ...]}``: an admission's hit pins thousands, so no pair per page) or as ``(t, sid)`` pairs."""
+    if isinstance(pinned, dict):
+        return pinned
+    out: dict[int, list[int]] = {}
+    for t, sid in pinned:
+        out.setdefault(t, []).append(sid)
+    return out
+
 # LargePageLRU's integer keys: the timestamp's place, and the offset of -prefix_length in it.
 _TS, _PLEN = 1 << 63, 1 << 62
 
@@ -204,16 +215,12 @@ class PrefixSubsetEvictor:
         return sid in self._key[t]
 
     def count_cached(self, pages) -> int:
-        """How many of the distinct ``(t, sid)`` pairs ``pages`` are cached: one C-level set
-        intersection per type (an admission's hit pins thousands; issue 20)."""
-        if not pages:
-            return 0
-        types = set(map(_first, pages))
+        """How many of the distinct pages ``pages`` (:func:`pins_by_type`) are cached: one C-level
+        set intersection per type (an admission's hit pins thousands; issue 20)."""
         n = 0
-        for t in types:
+        for t, sids in pins_by_type(pages).items():
             keys = self._key[t]
-            if keys:
-                sids = list(map(_second, pages)) if len(types) == 1 else [s for u, s in pages if u == t]
+            if keys and sids:
                 n += len(keys.keys() & sids)
         return n
 

@@ -309,7 +309,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         """The pool's answer for an allocation ``_sure_fit`` was unsure of: True when it cannot fail
         (so it needs no undo log), False when it must fail (``exact`` only: a new request's
         admission, nothing released first), None when only trying tells. ``pinned``: the cached
-        pages its hit pins first, as ``(t, sid)``; ``released``: a callable giving the used pages
+        pages its hit pins first, ``{t: [sid, ...]}`` (``jenga.evictor.pins_by_type``); ``released``: a callable giving the used pages
         it releases first that no other request holds (asked only if the rest is not enough).
         Asked only of systems whose fit is the pool's (the oracle counts bytes and keeps its log)."""
         if not demand or not self.fits_without_pages or type(self)._fits is not PagedManager._fits:
@@ -548,7 +548,7 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         demand = {t: c for t, c in demand.items() if c > 0}
         j = None
         if not self._sure_fit(None, demand, rid):
-            pinned = list(chain.from_iterable(zip(repeat(t), map(_second, js)) for t, js in hits.items()))
+            pinned = {t: list(map(_second, js)) for t, js in hits.items()}
             verdict = self._pool_verdict(demand, pinned, rid, True)
             if verdict is False:
                 # Must fail: the same answer as trying under the undo log (which changes nothing).

@@ -9,6 +9,7 @@ import copy
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from jenga.evictor import pins_by_type
 from jenga.pools.lcm import LcmPagePool
 
 PAGE_SETS = [[2, 3], [4, 6, 8], [5], [3, 4, 12]]
@@ -80,6 +81,7 @@ def test_cannot_fit_with_pinned_hits_is_never_wrong(state, data):
     for t, sid in pinned:
         hit.from_cached(t, sid)
     event(f"pinned={bool(pinned)} cannot_fit={pool.cannot_fit(demand, pinned)}")
+    assert pool.cannot_fit(demand, pins_by_type(pinned)) == pool.cannot_fit(demand, pinned)  # the manager's form
     if pool.cannot_fit(demand, pinned):
         assert not _attempt(hit, demand, "new"), (pool.page_bytes, demand, pinned)
 

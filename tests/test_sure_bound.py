@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from jenga.evictor import pins_by_type
 from jenga.journal import Journal
 from jenga.pools.flat import FlatPagePool, PartitionedPool
 from jenga.pools.lcm import LcmPagePool
@@ -105,6 +106,8 @@ def _check(bound_name, mix_i, nlarge, ops, demand, owner, pin_mask, rel_mask=0):
                 if rel_mask >> (i % 16) & 1]
     if bound_name == "sure_fit_evicting":
         sure = pool.sure_fit_evicting(demand, owner, pinned, [(t, sid) for t, sid, _ in released])
+        # The manager passes the pins per type (pins_by_type): the same answer.
+        assert pool.sure_fit_evicting(demand, owner, pins_by_type(pinned), [(t, sid) for t, sid, _ in released]) == sure
     else:  # the negative control: can_fit asked after the pins, as if it were a bound
         sure, released = _can_fit_after_pins(pool, demand, pinned), []
     if sure:
@@ -194,3 +197,4 @@ def test_flat_fits_exactly_is_exact(nt, npages, ops, demand, pin_mask, partition
     demand = {t % nt: n for t, n in demand.items()}
     pinned = [p for i, p in enumerate(cached) if pin_mask >> (i % 16) & 1]
     assert pool.fits_exactly(demand, pinned) == _try(pool, demand, 0, pinned)[0]
+    assert pool.fits_exactly(demand, pins_by_type(pinned)) == pool.fits_exactly(demand, pinned)

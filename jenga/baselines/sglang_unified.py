@@ -80,7 +80,7 @@ What this module models, and where it simplifies:
 from __future__ import annotations
 
 from jenga.baselines.sglang import SglangPools, max_running_requests, sglang_split
-from jenga.evictor import PrefixSubsetEvictor
+from jenga.evictor import PrefixSubsetEvictor, pins_by_type
 from jenga.journal import Journal
 from jenga.pools.flat import CachedPages
 from jenga.spec import FullAttentionSpec, MambaSpec, SpecError
@@ -194,7 +194,7 @@ class UnifiedArenaPool(CachedPages):
 
     def sure_fit_evicting(self, demand: dict[int, int], owner: object, pinned=(), released=()) -> bool:
         """A sound bound: True only when :meth:`alloc` of ``demand`` (pages per type, taken in type
-        order, after the cached pages ``pinned`` -- ``(t, sid)`` -- are hit) cannot fail, so the
+        order, after the cached pages ``pinned`` -- ``jenga.evictor.pins_by_type`` -- are hit) cannot fail, so the
         manager needs no undo log. Type t's room is the gap plus the cached bytes of the bands it
         may evict: evicting there moves bytes from cached to the gap (room unchanged), evicting
         elsewhere (a cascade) only adds to the gap, and every page taken before t's, of any type,
@@ -207,9 +207,8 @@ class UnifiedArenaPool(CachedPages):
         if ev is None:
             return False
         cached = self._cached_band_bytes()
-        for t, sid in pinned:
-            if ev.contains(t, sid):
-                cached[self.band[t]] -= self.page_bytes[t]
+        for t, sids in pins_by_type(pinned).items():
+            cached[self.band[t]] -= self.page_bytes[t] * sum(1 for sid in sids if ev.contains(t, sid))
         gap, need = self.gap_bytes, 0
         for t in sorted(demand):
             need += demand[t] * self.page_bytes[t]

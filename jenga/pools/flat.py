@@ -87,7 +87,7 @@ class FlatPagePool(CachedPages):
 
     def fits_exactly(self, demand: dict[int, int], pinned=()) -> bool:
         """Exactly whether ``alloc`` of ``demand`` succeeds once the cached pages ``pinned``
-        (``(t, sid)`` pairs) are hit: a flat pool takes a free page, else evicts any cached one, so
+        (``jenga.evictor.pins_by_type``) are hit: a flat pool takes a free page, else evicts any cached one, so
         it fits iff the free pages and the cached pages left after the pins cover it. Lets the
         manager return a doomed admission before pinning thousands of hit pages (MAX page)."""
         ev = self.evictor
