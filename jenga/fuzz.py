@@ -128,6 +128,24 @@ def _new_request(rng: random.Random, i: int, mix: str) -> Req:
     return Req(f"r{i}", prompt, images, [], rng.randrange(1, 12))
 
 
+def admit_or_free(m, rng: random.Random, mix: str, ops: int, p_free: float) -> list[Req]:
+    """A stream of admissions (each looked up first; freed at once when it does not fit) and, with
+    probability ``p_free``, frees of a random running request, with shared prefixes: on a small
+    pool, hits, evictions and failed allocations all happen. Returns the requests still running."""
+    running: list[Req] = []
+    for i in range(ops):
+        if running and rng.random() < p_free:
+            m.free(running.pop(rng.randrange(len(running))))
+            continue
+        r = _new_request(rng, i, mix)
+        hit = m.lookup_prefix(r)
+        if m.allocate(r, len(r.prompt_token_ids) - hit):
+            running.append(r)
+        else:
+            m.free(r)
+    return running
+
+
 def make_stream_manager(rng: random.Random, system: str, mix: str):
     """A manager with a random tokens_per_page, cache flag and a small capacity (1-40 large pages)."""
     specs = MIXES[mix]

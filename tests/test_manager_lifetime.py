@@ -15,25 +15,13 @@ import weakref
 import pytest
 
 import jenga
-from jenga.fuzz import MIXES, _new_request, make_stream_manager
+from jenga.fuzz import MIXES, admit_or_free, make_stream_manager
 
 
 def _drive(m, rng: random.Random, mix: str) -> None:
     """Admit, grow and free requests with shared prefixes on a small pool: hits, evictions and
     failed allocations all happen."""
-    running = []
-    for i in range(40):
-        if running and rng.random() < 0.4:
-            r = running.pop(rng.randrange(len(running)))
-            m.free(r)
-            continue
-        r = _new_request(rng, i, mix)
-        hit = m.lookup_prefix(r)
-        if m.allocate(r, len(r.prompt_token_ids) - hit):
-            running.append(r)
-        else:
-            m.free(r)
-    for r in running:
+    for r in admit_or_free(m, rng, mix, 40, 0.4):
         m.free(r)
 
 

@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from jenga.fuzz import _new_request, make_stream_manager
+from jenga.fuzz import _new_request, admit_or_free, make_stream_manager
 from jenga.manager_base import PagedManager
 from jenga.testing import check_invariants, state_fingerprint
 
@@ -45,19 +45,7 @@ def test_an_attempt_rolled_back_leaves_the_state_as_it_was(mix, tried_first):
     for seed in range(10):
         system = ("jenga", "static_partition", "max_page", "vllm")[seed % 4]
         m, *_ = make_stream_manager(random.Random(seed), system, mix)
-        rng = random.Random(seed + 3)
-        running = []
-        for i in range(80):
-            if rng.random() < 0.4 or not running:
-                r = _new_request(rng, i, mix)
-                hit = m.lookup_prefix(r)
-                if m.allocate(r, len(r.prompt_token_ids) - hit):
-                    running.append(r)
-                else:
-                    m.free(r)
-            else:
-                r = running.pop(rng.randrange(len(running)))
-                m.free(r)
+        admit_or_free(m, random.Random(seed + 3), mix, 80, 0.6)
         check_invariants(m)
     assert tried_first["attempts"] > 50
 
