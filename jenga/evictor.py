@@ -29,9 +29,7 @@ from __future__ import annotations
 from collections import deque
 from heapq import heappop, heappush, heapreplace
 from itertools import chain, count, repeat
-from operator import itemgetter, neg
-
-_first, _second = itemgetter(0), itemgetter(1)
+from operator import neg
 
 
 def pins_by_type(pinned) -> dict[int, list[int]]:
@@ -43,6 +41,7 @@ def pins_by_type(pinned) -> dict[int, list[int]]:
     for t, sid in pinned:
         out.setdefault(t, []).append(sid)
     return out
+
 
 # LargePageLRU's integer keys: the timestamp's place, and the offset of -prefix_length in it.
 _TS, _PLEN = 1 << 63, 1 << 62
