@@ -673,25 +673,20 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
                 del pages[j]
                 free(t, sid)
         for t, sid, key, _ in reversed(pins):
+            # A batch of pins (_try_alloc's C-level branches) is undone last page first, each as
+            # its own entry would be.
             if type(sid) is list:
-                # A batch of pins (_try_alloc's C-level branches): undone last page first, each
-                # as its own entry would be.
-                ref = self.ref[t]
-                for i in range(len(sid) - 1, -1, -1):
-                    s = sid[i]
-                    if key is None:
-                        ref[s] -= 1
-                        self._undup(t, s, ref[s])
-                    else:
-                        del ref[s]
-                        self.pool.to_cached(t, s, *key[i])
-                continue
-            if key is None:
-                self.ref[t][sid] -= 1
-                self._undup(t, sid, self.ref[t][sid])
+                undo = zip(reversed(sid), repeat(None) if key is None else reversed(key))
             else:
-                del self.ref[t][sid]
-                self.pool.to_cached(t, sid, *key)
+                undo = ((sid, key),)
+            ref = self.ref[t]
+            for s, k in undo:
+                if k is None:
+                    ref[s] -= 1
+                    self._undup(t, s, ref[s])
+                else:
+                    del ref[s]
+                    self.pool.to_cached(t, s, *k)
         for t, js in hits.items():
             for j, _ in js:
                 rs.pages[t].pop(j, None)

@@ -125,13 +125,13 @@ class PrefixCacheMixin:
         n, step, found = 0, 64, []
         while n < npages:
             sids = list(map(get, chain[(n + 1) * k - 1:min(n + step, npages) * k:k]))
-            if None in sids:
+            miss = None in sids
+            if miss:
                 del sids[sids.index(None):]
-                found += sids
-                n += len(sids)
-                break
             found += sids
             n += len(sids)
+            if miss:
+                break
             # Chunks double up to 512 pages: the chunk holding the first miss is looked up whole,
             # so a larger one would look up thousands of pages past it (a prompt's own suffix).
             step = min(2 * step, 512)
