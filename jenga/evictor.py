@@ -198,6 +198,7 @@ class PrefixSubsetEvictor:
         n = num_types if per_type else 1
         self._runs: list[_Runs] = [_Runs() for _ in range(n)]
         self._key: list[dict[int, tuple]] = [{} for _ in range(num_types)]
+        self._live = self._live_fn()  # whether a run entry is still its page's key
         self._j = None  # jenga.journal.Journal while an allocation that may fail runs
 
     def __len__(self) -> int:
@@ -352,6 +353,16 @@ class PrefixSubsetEvictor:
         # key by an undone allocation) and both copies are then live.
         for k in sorted({k for k in self._queue(0).all_entries() if live(k)}):
             yield k[2], k[3]
+
+    def take_lru(self, t: int) -> tuple[int, int] | None:
+        """:meth:`peek_lru` of type ``t`` then :meth:`remove` of that page, nothing logged (per-type
+        queues): a pool that evicts one page at a time (SGLang's unified arena)."""
+        assert self.per_type and self._j is None, "take_lru: per-type queues, no undo log"
+        key = self._queue(t).first(self._live)
+        if key is None:
+            return None
+        del self._key[t][key[3]]  # its run entry is stale from now on
+        return t, key[3]
 
     def peek_lru(self, t: int | None = None) -> tuple[int, int] | None:
         """``(type, sid)`` of the page to evict next (of type ``t``, or overall)."""

@@ -149,6 +149,9 @@ _NOT_STATE = frozenset({"hasher", "_bases", "image_held", "_j", "on_evict", "_on
                         # UnifiedArenaPool.page_offset's compacted layout; SglangPools' bound
                         # references for its unrolled eviction)
                         "lp_newest", "_layout", "_evict_ctx",
+                        # switches and bound helpers: the arena's batch-allocation switch
+                        # (UnifiedArenaPool.lean), the evictor's liveness test
+                        "lean", "_live",
                         # how far a request may decode by the common step alone, and whether the
                         # manager looks ahead so (PagedManager._quiet_until): derived, not state
                         "quiet", "_quiet_ok", "_quiet_bpt"})

@@ -228,8 +228,9 @@ class SglangPools(PagedManager):
     # Switches for negative controls in tests (SGLang does both).
     phase2_frees_leaves = True      # SWARadixCache.evict phase 2: an SWA-evicted leaf loses its full KV
     phase2_tombstone_walk = True    # _iteratively_delete_tombstone_leaf after a leaf's deletion
-    # The unrolled eviction (_evict_nodes) when nothing is logged; off, page by page through the
-    # methods it unrolls (tests compare the two).
+    # The unrolled eviction (_evict_nodes) when nothing is logged, and the unified arena's evicting
+    # allocation without a call per page (UnifiedArenaPool._alloc_evicting); off, page by page
+    # through the methods they unroll (tests compare the two).
     unrolled = True
 
     def free(self, request) -> None:
@@ -387,8 +388,13 @@ class SglangPools(PagedManager):
                 p = pools[u] if pools is not None else self.pool
                 ev = p.evictor
                 ops[u] = (ev.contains if ev is not None else (lambda t, sid: False), p)
-            ctx = (self._node_types, set(self._full_types), set(swa), [index[f] for f in self._full_types],
-                   [index[u] for u in swa], [(index[u], ref[u]) for u in swa], ops)
+            full_idx, swa_idx = [index[f] for f in self._full_types], [index[u] for u in swa]
+            # Key views are live. A model has one full and one SWA type as a rule: their one view.
+            full_keys, swa_keys = [i.keys() for i in full_idx], [i.keys() for i in swa_idx]
+            fk = full_keys[0] if len(full_keys) == 1 else None
+            sk = swa_keys[0] if len(swa_keys) == 1 else None
+            ctx = (self._node_types, set(self._full_types), set(swa), full_keys, swa_keys, fk, sk,
+                   [(index[u], ref[u]) for u in swa], ops)
             self._evict_ctx = ctx
         return ctx
 
@@ -399,11 +405,7 @@ class SglangPools(PagedManager):
         names, so the same dict and pool operations in the same order. With 1-token pages a long
         prompt's eviction is ~100k of these per pool (issue 20)."""
         page_key, index, ref, swa = self.page_key, self.index, self.ref, self._swa_types
-        node_types, full_set, swa_set, full_idx, swa_idx, swa_held, ops = self._evict_context()
-        # Key views are live. A model has one full and one SWA type as a rule: their one view.
-        full_keys, swa_keys = [i.keys() for i in full_idx], [i.keys() for i in swa_idx]
-        fk = full_keys[0] if len(full_keys) == 1 else None
-        sk = swa_keys[0] if len(swa_keys) == 1 else None
+        node_types, full_set, swa_set, full_keys, swa_keys, fk, sk, swa_held, ops = self._evict_context()
         phase2, walk = self.phase2_frees_leaves, self.phase2_tombstone_walk
         parent_of, kids_of = self._parent, self._kids
         # The pages a node's freeing takes out of their pools, per type in order, handed over at

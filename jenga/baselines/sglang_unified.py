@@ -157,6 +157,9 @@ class UnifiedArenaPool(CachedPages):
         self.large_page_bytes = max(page_bytes)
         self._j: Journal | None = None
         self._layout: dict | None = None
+        # alloc_many's evicting pages through _alloc_evicting (off: one alloc() call each; the
+        # manager sets it from its ``unrolled`` switch, and tests compare the two).
+        self.lean = True
         # The types whose cached pages a shortfall of each type may evict (fixed at start).
         self._victim_types = [[u for u in range(n) if bands[u] in self._allowed(t)] for t in range(n)]
 
@@ -236,8 +239,14 @@ class UnifiedArenaPool(CachedPages):
         ev = self.evictor
         if ev is None:
             return None
+        vt = self._victim_types[t]
+        if len(vt) == 1:
+            # One band, one type (the rule unless a band holds several types or donates): its
+            # own LRU's first page, no keys to compare.
+            u = vt[0]
+            return ev.peek_lru(u) if ev.count(u) else None
         best, best_key = None, None
-        for u in self._victim_types[t]:
+        for u in vt:
             if not ev.count(u):
                 continue
             v = ev.peek_lru(u)
@@ -303,10 +312,54 @@ class UnifiedArenaPool(CachedPages):
             self.band_bytes[self.band[t]] += need * k
             self.path_counts["new_page"] += k
             self._layout = None
-        for _ in range(n - k):
-            sid = self.alloc(t, owner, tight)
-            if sid is None:
-                break
+        if n > k:
+            if self._j is None and self.evictor is not None and self.lean:
+                out += self._alloc_evicting(t, n - k)
+            else:
+                for _ in range(n - k):
+                    sid = self.alloc(t, owner, tight)
+                    if sid is None:
+                        break
+                    out.append(sid)
+        return out
+
+    def _alloc_evicting(self, t: int, n: int) -> list[int]:
+        """:meth:`alloc` ``n`` times with nothing logged (up to the first shortfall): each page
+        evicts while the gap is short, then takes its id -- the same steps in the same order
+        (an eviction's hook may free more pages, whose ids and bytes the next page sees), with
+        the lookups hoisted out of the loop. With SGLang's 1-token pages a long prompt allocates
+        ~100k pages per type, most of them evicting (issue 20)."""
+        need, bt = self.page_bytes[t], self.band[t]
+        ev, band, bb, pc = self.evictor, self.band, self.band_bytes, self.path_counts
+        usable, cached, fs, live = self.usable_bytes, self.cached, self.free_sids[t], self.live[t]
+        victim, release = self._victim, self._release
+        vt = self._victim_types[t]
+        # One victim type (the rule): its LRU page found and taken out in one call.
+        take = ev.take_lru if len(vt) == 1 and ev.per_type else None
+        out: list[int] = []
+        for _ in range(n):
+            while usable - sum(bb) < need:
+                v = take(vt[0]) if take is not None else victim(t)
+                if v is None:
+                    pc["shortfall"] += 1
+                    return out
+                u, sid = v
+                if take is None:
+                    ev.remove(u, sid)
+                cached[u] -= 1
+                pc["evict" if band[u] == bt else "evict_donor"] += 1
+                self.on_evict(u, sid)
+                release(u, sid)
+            if fs:
+                sid = fs.pop()
+            else:
+                sid = self.next_sid[t]
+                self.next_sid[t] += 1
+            live.add(sid)
+            self.used[t] += 1
+            bb[bt] += need
+            pc["new_page"] += 1
+            self._layout = None
             out.append(sid)
         return out
 
@@ -412,6 +465,7 @@ class SglangUnified(SglangPools):
                                       [1 if isinstance(s, MambaSpec) else st.tokens_per_page
                                        for st, s in zip(self.types, self.specs)],
                                       self.enable_prefix_cache, donors)
+        self.arena.lean = self.unrolled
         return self.arena
 
 
