@@ -377,8 +377,9 @@ class SglangPools(PagedManager):
     def _evict_context(self) -> tuple:
         """What :meth:`_evict_nodes` reads besides the tree's links, built once (the index dicts and
         the pools never change identity): the node types, the full and SWA types as sets, their
-        index dicts, the SWA types' (index, ref) pairs, and per node type the pool that holds its
-        pages (the partition, for PartitionedPool) with its ``contains`` test."""
+        indexes' key views, per SWA type the other SWA types' (index, ref) pairs, and per node
+        type the pool that holds its pages (the partition, for PartitionedPool) with its
+        ``contains`` test."""
         ctx = self.__dict__.get("_evict_ctx")
         if ctx is None:
             index, ref, swa = self.index, self.ref, self._swa_types
@@ -393,8 +394,10 @@ class SglangPools(PagedManager):
             full_keys, swa_keys = [i.keys() for i in full_idx], [i.keys() for i in swa_idx]
             fk = full_keys[0] if len(full_keys) == 1 else None
             sk = swa_keys[0] if len(swa_keys) == 1 else None
-            ctx = (self._node_types, set(self._full_types), set(swa), full_keys, swa_keys, fk, sk,
-                   [(index[u], ref[u]) for u in swa], ops)
+            # Per SWA type, the other SWA types' (index, ref) pairs: phase 2 asks whether one of
+            # them holds the node's page (an evicted page's own key has just left its index).
+            others = {t: [(index[u], ref[u]) for u in swa if u != t] for t in swa}
+            ctx = (self._node_types, set(self._full_types), set(swa), full_keys, swa_keys, fk, sk, others, ops)
             self._evict_ctx = ctx
         return ctx
 
@@ -405,7 +408,7 @@ class SglangPools(PagedManager):
         names, so the same dict and pool operations in the same order. With 1-token pages a long
         prompt's eviction is ~100k of these per pool (issue 20)."""
         page_key, index, ref, swa = self.page_key, self.index, self.ref, self._swa_types
-        node_types, full_set, swa_set, full_keys, swa_keys, fk, sk, swa_held, ops = self._evict_context()
+        node_types, full_set, swa_set, full_keys, swa_keys, fk, sk, others_held, ops = self._evict_context()
         phase2, walk = self.phase2_frees_leaves, self.phase2_tombstone_walk
         parent_of, kids_of = self._parent, self._kids
         # The pages a node's freeing takes out of their pools, per type in order, handed over at
@@ -430,7 +433,9 @@ class SglangPools(PagedManager):
                 if t not in swa_set or not phase2:
                     continue
                 # Phase 2: another SWA type's page of the node held (swa_lock_ref > 0), or not a leaf.
-                if any(r.get(i.get(key), 0) for i, r in swa_held):
+                # (This type's own entry for the key was just deleted: only the others can hold one.)
+                held = others_held[t]
+                if held and any(r.get(i.get(key), 0) for i, r in held):
                     continue
                 kids = kids_of.get(key)
                 if kids and not (fk.isdisjoint(kids) if fk is not None else
