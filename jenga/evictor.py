@@ -348,7 +348,7 @@ class PrefixSubsetEvictor:
         """Every cached ``(type, sid)`` in eviction order (one shared queue only); the cache must
         not change while the generator is read."""
         assert not self.per_type, "in_order needs the shared queue (per_type=False)"
-        live = self._live_fn()
+        live = self._live
         # A set: an entry can be in the runs twice (a page taken out and put back with the same
         # key by an undone allocation) and both copies are then live.
         for k in sorted({k for k in self._queue(0).all_entries() if live(k)}):
@@ -371,7 +371,7 @@ class PrefixSubsetEvictor:
                 if key[0] == t:
                     return key
             return None
-        key = self._queue(t if self.per_type and t is not None else 0).first(self._live_fn())
+        key = self._queue(t if self.per_type and t is not None else 0).first(self._live)
         return None if key is None else (key[2], key[3])
 
 

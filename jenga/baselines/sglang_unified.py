@@ -239,14 +239,8 @@ class UnifiedArenaPool(CachedPages):
         ev = self.evictor
         if ev is None:
             return None
-        vt = self._victim_types[t]
-        if len(vt) == 1:
-            # One band, one type (the rule unless a band holds several types or donates): its
-            # own LRU's first page, no keys to compare.
-            u = vt[0]
-            return ev.peek_lru(u) if ev.count(u) else None
         best, best_key = None, None
-        for u in vt:
+        for u in self._victim_types[t]:
             if not ev.count(u):
                 continue
             v = ev.peek_lru(u)
