@@ -236,6 +236,18 @@ class PrefixSubsetEvictor:
         keys = self._key
         return lambda k: keys[k[2]].get(k[3]) == k
 
+    # The liveness test closes over this evictor's own key dicts: a copy (``copy.deepcopy`` of a
+    # pool, a pickle) must build its own, never share the original's (a shared one reads the
+    # original's keys and evicts pages the copy no longer caches).
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_live"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._live = self._live_fn()
+
     def _live_keys(self, h: int):
         return self._key[h].values() if self.per_type else [k for d in self._key for k in d.values()]
 

@@ -386,3 +386,21 @@ def test_interleaving_runs_merge_and_keep_the_order(runs, stale, asks):
         assert lru.pop_lru(k) == lwant
         for x in lwant:
             del lref[x]
+
+
+def test_a_copied_evictor_reads_its_own_keys():
+    """A deep copy (the pool copies ``cannot_fit``'s tests try an allocation on) or a pickle of an
+    evictor evicts by its own cache, not the original's: taking a page out of the copy leaves the
+    original's next victim alone, and the copy's next victim is the page after it."""
+    import copy
+    import pickle
+
+    for clone in (copy.deepcopy, lambda e: pickle.loads(pickle.dumps(e))):
+        ev = PrefixSubsetEvictor(2)
+        ev.add(1, 0, 1, 1)
+        ev.add(1, 5, 2, 1)
+        assert ev.peek_lru(1) == (1, 0)
+        dup = clone(ev)
+        dup.remove(1, 0)
+        assert dup.peek_lru(1) == (1, 5) and dup.take_lru(1) == (1, 5)
+        assert ev.peek_lru(1) == (1, 0) and ev.count(1) == 2
