@@ -307,8 +307,9 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     def _pool_verdict(self, demand: dict[int, int], pinned, owner: object, exact: bool,
                       released=None) -> bool | None:
         """The pool's answer for an allocation ``_sure_fit`` was unsure of: True when it cannot fail
-        (so it needs no undo log), False when it must fail (``exact`` only: a new request's
-        admission, nothing released first), None when only trying tells. ``pinned``: the cached
+        (so it needs no undo log), False when it must fail (``exact``: a new request's admission,
+        nothing released first; or a flat pool given ``released``, whose count is exact), None
+        when only trying tells. ``pinned``: the cached
         pages its hit pins first, ``{t: [sid, ...]}`` (``jenga.evictor.pins_by_type``); ``released``: a callable giving the used pages
         it releases first that no other request holds (asked only if the rest is not enough).
         Asked only of systems whose fit is the pool's (the oracle counts bytes and keeps its log)."""
@@ -318,17 +319,26 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
         fits_exactly = getattr(pool, "fits_exactly", None)
         if fits_exactly is not None:  # flat pools: exact, so a doomed admission returns at once
             ok = fits_exactly(demand, pinned)
+            if not ok and released is not None:
+                # A running request's step, once its out-of-window pages are let go: exact both
+                # ways too (Gemma-3 on a full pool: each such step had run page by page under the
+                # log, and a doomed one was tried and undone).
+                return fits_exactly(demand, pinned, released())
             return ok if (ok or exact) else None
         bound = getattr(pool, "sure_fit_evicting", None)
         if bound is None:
             return None
-        if bound(demand, owner, pinned) or (released is not None and bound(demand, owner, pinned, released())):
+        if bound(demand, owner, pinned):
             return True
-        # A doomed admission returns at once, as with the flat pools: trying it under the undo
-        # log changes nothing either (a Gemma-3 cell retried ~30 of them, each pinning and
-        # rolling back thousands of hit pages).
+        let_go = released() if released is not None else None
+        if let_go is not None and bound(demand, owner, pinned, let_go):
+            return True
+        # A doomed admission -- or a running request's doomed step, its released pages counted --
+        # returns at once, as with the flat pools: trying it under the undo log changes nothing
+        # either (a Gemma-3 cell retried ~30 of them, each pinning or taking and rolling back
+        # thousands of pages).
         cannot_fit = getattr(pool, "cannot_fit", None)
-        if exact and cannot_fit is not None and cannot_fit(demand, pinned):
+        if cannot_fit is not None and (exact or let_go is not None) and cannot_fit(demand, pinned, let_go or ()):
             return False
         return None
 
@@ -420,9 +430,13 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
             return True
         if plans is None:
             plans = [None] * len(held)
-        sure = (self._sure_fit(rs, demand, rs.rid)
-                or self._pool_verdict(demand, (), rs.rid, False, lambda: self._sole_held(rs, plans)) is True)
-        j = None if sure else self._begin(rs)
+        verdict = self._sure_fit(rs, demand, rs.rid) or self._pool_verdict(
+            demand, (), rs.rid, False, lambda: self._sole_held(rs, plans))
+        if verdict is False and not rs.transients:
+            # The pool knows it cannot fit, counting the pages released first (its Mamba
+            # checkpoints too would add room): trying under the undo log would change nothing.
+            return False
+        j = None if verdict is True else self._begin(rs)
         self.now += 1
         # Tokens allocated so far are computed now: last step's transient pages join the cache and
         # pages no layer reads any more are released (stale).

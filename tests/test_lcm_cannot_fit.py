@@ -26,6 +26,13 @@ def _attempt(pool: LcmPagePool, demand: dict[int, int], owner: object) -> bool:
 
 @st.composite
 def pool_states(draw):
+    pool, demand, _held = draw(pool_states_held())
+    return pool, demand
+
+
+@st.composite
+def pool_states_held(draw):
+    """A pool after random operations, a demand, and the pages still held, ``(t, sid)``."""
     page_bytes = draw(st.sampled_from(PAGE_SETS))
     pool = LcmPagePool(page_bytes, draw(st.integers(1, 10)) * __import__("math").lcm(*page_bytes),
                        request_aware=draw(st.booleans()), enable_cache=True)
@@ -44,7 +51,7 @@ def pool_states(draw):
             else:
                 pool.to_cached(t, sid, i, 1 + i % 3)
     demand = draw(st.dictionaries(st.integers(0, len(page_bytes) - 1), st.integers(1, 12), min_size=1))
-    return pool, demand
+    return pool, demand, held
 
 
 @settings(max_examples=200, deadline=None)
@@ -84,6 +91,38 @@ def test_cannot_fit_with_pinned_hits_is_never_wrong(state, data):
     assert pool.cannot_fit(demand, pins_by_type(pinned)) == pool.cannot_fit(demand, pinned)  # the manager's form
     if pool.cannot_fit(demand, pinned):
         assert not _attempt(hit, demand, "new"), (pool.page_bytes, demand, pinned)
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=pool_states_held(), data=st.data())
+def test_cannot_fit_with_released_pages_is_never_wrong(state, data):
+    """With ``released`` (used pages the allocation lets go first: a running request's pages out of
+    its window) the bound stays sound: the allocation it refuses fails on a copy of the pool whose
+    released pages were freed or cached first (PagedManager.allocate returns such a step at once)."""
+    pool, demand, held = state
+    released = data.draw(st.lists(st.sampled_from(held), unique=True) if held else st.just([]))
+    cache = data.draw(st.lists(st.booleans(), min_size=len(released), max_size=len(released)))
+    after = copy.deepcopy(pool)
+    for (t, sid), c in zip(released, cache):
+        if c:
+            after.to_cached(t, sid, 10**6, 1)
+        else:
+            after.free(t, sid)
+    refused = pool.cannot_fit(demand, (), released)
+    event(f"released={bool(released)} cannot_fit={refused}")
+    # The released pages counted in place is the bound of the pool after they went.
+    assert refused == after.cannot_fit(demand)
+    if refused:
+        assert not _attempt(after, demand, "new"), (pool.page_bytes, demand, released)
+
+
+def test_released_pages_make_room():
+    """Negative control: a step that cannot fit until the pages it lets go are counted."""
+    pool = LcmPagePool([2, 3], 2 * 6, enable_cache=False)          # 2 large pages of 6 bytes
+    sids = [pool.alloc(0, "a") for _ in range(6)]                  # both large pages, type 0
+    assert pool.cannot_fit({1: 2})
+    assert pool.cannot_fit({1: 2}, (), [(0, s) for s in sids[:2]])  # 4 bytes: not a large page's 6
+    assert not pool.cannot_fit({1: 2}, (), [(0, s) for s in sids[:3]])
 
 
 def test_pinned_hits_make_cannot_fit_fire():

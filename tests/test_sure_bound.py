@@ -184,11 +184,13 @@ def test_the_property_finds_can_fit_unsound():
         prop()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(nt=st.integers(1, 3), npages=st.integers(1, 12), ops=OPS, demand=DEMAND, pin_mask=st.integers(0, 0xFFFF),
-       partitioned=st.booleans())
-def test_flat_fits_exactly_is_exact(nt, npages, ops, demand, pin_mask, partitioned):
-    """``fits_exactly`` is True iff pinning the hit and taking the demand succeeds (both ways)."""
+       partitioned=st.booleans(), rel_mask=st.integers(0, 0xFFFF), cache_mask=st.integers(0, 0xFFFF))
+def test_flat_fits_exactly_is_exact(nt, npages, ops, demand, pin_mask, partitioned, rel_mask, cache_mask):
+    """``fits_exactly`` is True iff releasing the ``released`` pages (each freed or cached), pinning
+    the hit and taking the demand succeeds (both ways): PagedManager.allocate returns a doomed
+    step of a running request at once on its word, without trying it."""
     pool = (PartitionedPool([4] * nt, [4 * npages] * nt, 4 * npages * nt, enable_cache=True) if partitioned
             else FlatPagePool(nt, 4, 4 * npages, enable_cache=True))
     held, cached = [], []
@@ -196,5 +198,20 @@ def test_flat_fits_exactly_is_exact(nt, npages, ops, demand, pin_mask, partition
     _replay(pool, ops, held, cached, [0])
     demand = {t % nt: n for t, n in demand.items()}
     pinned = [p for i, p in enumerate(cached) if pin_mask >> (i % 16) & 1]
+    released = [p for i, p in enumerate(held) if rel_mask >> (i % 16) & 1]
+    how = [(t, sid, bool(cache_mask >> (i % 16) & 1)) for i, (t, sid) in enumerate(released)]
+    assert pool.fits_exactly(demand, pinned, released) == _try(pool, demand, 0, pinned, how)[0]
     assert pool.fits_exactly(demand, pinned) == _try(pool, demand, 0, pinned)[0]
     assert pool.fits_exactly(demand, pins_by_type(pinned)) == pool.fits_exactly(demand, pinned)
+
+
+def test_flat_fits_exactly_counts_released_pages_per_partition():
+    """Negative control: a released page comes back to its own partition only -- counted in
+    another one's room, the partitioned pool would say a doomed step fits."""
+    pool = PartitionedPool([4, 4], [8, 8], 16, enable_cache=False)     # two pages per type
+    a = pool.alloc_many(0, "r", 2)
+    pool.alloc_many(1, "r", 2)
+    assert not pool.fits_exactly({1: 1})
+    assert not pool.fits_exactly({1: 1}, (), [(0, a[0])])             # type 0's page: no room for type 1
+    assert pool.fits_exactly({0: 1}, (), [(0, a[0])])
+    assert _try(pool, {1: 1}, "r", [], [(0, a[0], False)])[0] is False

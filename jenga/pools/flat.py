@@ -85,13 +85,16 @@ class FlatPagePool(CachedPages):
         """True when ``alloc`` cannot fail: enough free pages without evicting."""
         return sum(demand.values()) <= len(self.free_pages)
 
-    def fits_exactly(self, demand: dict[int, int], pinned=()) -> bool:
+    def fits_exactly(self, demand: dict[int, int], pinned=(), released=()) -> bool:
         """Exactly whether ``alloc`` of ``demand`` succeeds once the cached pages ``pinned``
-        (``jenga.evictor.pins_by_type``) are hit: a flat pool takes a free page, else evicts any cached one, so
-        it fits iff the free pages and the cached pages left after the pins cover it. Lets the
-        manager return a doomed admission before pinning thousands of hit pages (MAX page)."""
+        (``jenga.evictor.pins_by_type``) are hit and the used pages ``released`` (``(t, sid)``, held
+        by no other request) are let go: a flat pool takes a free page, else evicts any cached one,
+        so it fits iff the free pages, the cached pages left after the pins and the released pages
+        (each comes back free or cached) cover it. Lets the manager return a doomed admission
+        before pinning thousands of hit pages (MAX page), and take a running request's step that
+        fits only with the pages it releases without an undo log (issue 20)."""
         ev = self.evictor
-        room = len(self.free_pages)
+        room = len(self.free_pages) + len(released)
         if ev is not None:
             room += len(ev) - ev.count_cached(pinned)
         return sum(demand.values()) <= room
@@ -245,10 +248,12 @@ class PartitionedPool:
     def sure_fit(self, demand: dict[int, int], owner: object = None) -> bool:
         return all(self.pools[t].sure_fit({t: n}) for t, n in demand.items())
 
-    def fits_exactly(self, demand: dict[int, int], pinned=()) -> bool:
+    def fits_exactly(self, demand: dict[int, int], pinned=(), released=()) -> bool:
         """:meth:`FlatPagePool.fits_exactly` per partition (a partition's cache holds only its own
-        type's pages, so the others' pins count nothing there)."""
-        return all(self.pools[t].fits_exactly({t: n}, pinned) for t, n in demand.items())
+        type's pages, so the others' pins count nothing there, and only its own released pages
+        come back to it)."""
+        return all(self.pools[t].fits_exactly({t: n}, pinned, [p for p in released if p[0] == t])
+                   for t, n in demand.items())
 
     def alloc(self, t: int, owner: object, tight: bool = False) -> int | None:
         return self.pools[t].alloc(t, owner)

@@ -258,15 +258,21 @@ class LcmPagePool:
                 need += cdiv(n - have, self.ratio[t])
         return need <= avail
 
-    def cannot_fit(self, demand: dict[int, int], pinned=()) -> bool:
+    def cannot_fit(self, demand: dict[int, int], pinned=(), released=()) -> bool:
         """True when ``demand`` (pages per type) cannot fit even by evicting every cached page: an
         upper bound on what any allocation order can take. Type t gets at most its free and cached
         small pages plus ``ratio[t]`` per large page that is free or could be freed (a large page of
         another type u comes free only when all its ``ratio[u]`` slots are free or cached); and all
         types together at most the free and cached bytes. ``pinned``: pages (``pins_by_type``) a prefix
-        hit pins before the allocation -- the cached ones among them are no longer evictable. Lets
-        a caller refuse at once instead of trying (and undoing) an allocation that must fail."""
+        hit pins before the allocation -- the cached ones among them are no longer evictable.
+        ``released``: used pages, ``(t, sid)``, the allocation lets go first and no other request
+        holds -- each becomes a free or cached slot of its type (a large page whose slots all come
+        free counts the same as its slots or as a free large page: ``ratio * page_bytes`` is the
+        large page). Lets a caller refuse at once instead of trying (and undoing) an allocation
+        that must fail."""
         spare = [self.nfree_slots[u] + self.cached[u] for u in range(len(self.page_bytes))]
+        for t, _ in released:
+            spare[t] += 1
         if pinned and self.evictor is not None:
             contains = self.evictor.contains
             for t, sids in pins_by_type(pinned).items():
