@@ -7,7 +7,9 @@ request-owned, evictable or partly free, in LRU order, through two attempts (req
 "tight"). Predicting that without running it would be a second copy of the pool's algorithm that
 must agree with the first on every path. Instead the manager runs the allocation as it always did
 and, when it fails, replays this log backwards. The log is only kept when the allocation *can* fail
-(``PagedManager._sure_fit`` says when it cannot), so the common path records nothing.
+(``PagedManager._sure_fit`` says when it cannot), so the common path records nothing; and one the
+pool can tell must fail (``PagedManager._pool_verdict``: a flat pool's exact count, the LCM pool's
+``cannot_fit`` bound) returns at once, since trying it would change nothing either.
 
 Entries are ``(fn, a, b, c)``: undo calls ``fn(a, b, c)``, newest first, so an item written twice
 gets its oldest value back.
