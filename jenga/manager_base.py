@@ -307,9 +307,10 @@ class PagedManager(PrefixCacheMixin, MemoryManager):
     def _pool_verdict(self, demand: dict[int, int], pinned, owner: object, exact: bool,
                       released=None) -> bool | None:
         """The pool's answer for an allocation ``_sure_fit`` was unsure of: True when it cannot fail
-        (so it needs no undo log), False when it must fail (``exact``: a new request's admission,
-        nothing released first; or a flat pool given ``released``, whose count is exact), None
-        when only trying tells. ``pinned``: the cached
+        (so it needs no undo log), False when it must fail (a new request's admission, ``exact``,
+        nothing released first; or a running request's step, ``released`` given and counted: a
+        flat pool's count is exact, other pools say it through ``cannot_fit``), None when only
+        trying tells. ``pinned``: the cached
         pages its hit pins first, ``{t: [sid, ...]}`` (``jenga.evictor.pins_by_type``); ``released``: a callable giving the used pages
         it releases first that no other request holds (asked only if the rest is not enough).
         Asked only of systems whose fit is the pool's (the oracle counts bytes and keeps its log)."""

@@ -233,8 +233,9 @@ class UnifiedArenaPool(CachedPages):
           (:meth:`_victim`): when the pins leave none of them and no released page is one of
           them, it evicts nothing -- so nothing cascades either -- and has the gap and what the
           released pages may free, no more. (A Gemma-3 admission whose hit pins every cached full
-          page, with the SWA band full of cached pages the full side may not evict: sglang#34441's
-          runs tried ~10 such admissions per 16 requests, a third of the rule's time.)"""
+          page, with the SWA band full of cached pages the full side may not evict: the
+          ``arxiv_qa`` what-if tried 9 such admissions in 16 requests, page by page and undone,
+          a third of the rule's time.)"""
         todo = [t for t in sorted(demand) if demand[t] > 0]
         if not todo:
             return False
