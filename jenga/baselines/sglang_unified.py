@@ -79,6 +79,8 @@ What this module models, and where it simplifies:
 
 from __future__ import annotations
 
+from operator import mul
+
 from jenga.baselines.sglang import SglangPools, max_running_requests, sglang_split
 from jenga.evictor import PrefixSubsetEvictor, pins_by_type
 from jenga.journal import Journal
@@ -245,14 +247,14 @@ class UnifiedArenaPool(CachedPages):
             pins = pins_by_type(pinned)
             for u in range(len(pb)):
                 left[u] = ev.count(u) - (ev.count_cached({u: pins[u]}) if pins.get(u) else 0)
-        room = gap + sum(p * k for p, k in zip(pb, left)) + sum(pb[t] for t, _ in released)
-        if sum(demand[t] * pb[t] for t in todo) > room:
+        let_go = sum(pb[t] for t, _ in released)  # bytes the released pages may free at most
+        if sum(demand[t] * pb[t] for t in todo) > gap + sum(map(mul, pb, left)) + let_go:
             return True
         t0 = todo[0]
         victims = self._victim_types[t0]
         if any(left[u] for u in victims) or any(t in victims for t, _ in released):
             return False
-        return demand[t0] * pb[t0] > gap + sum(pb[t] for t, _ in released)
+        return demand[t0] * pb[t0] > gap + let_go
 
     def can_fit(self, demand: dict[int, int]) -> bool:
         """Bytes suffice counting the cached pages each band may evict (an upper bound: a page must
