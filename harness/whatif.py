@@ -622,9 +622,12 @@ def run_simulations(a: Args, prof, requests, jobs: list[tuple[str, dict]]) -> di
     for rule, opts in jobs:
         todo.setdefault(_job_key(rule, opts), (rule, opts))
     # Longest first, so that no worker idles while the last long run finishes: a simulation's
-    # cost grows with the pages it moves, so SGLang's 1-token pages go first (results are keyed,
-    # so the order changes no answer).
-    keys = sorted(todo, key=lambda k: page_tokens(todo[k][0], 16))
+    # cost grows with the pages it moves, so SGLang's 1-token pages go first, and among equal
+    # pages every rule's own run before the sweeps' variants (Gemma-3 arxiv_qa, 64 requests, 2
+    # cores: the unified arena's one 81 s run had started behind the separate pools' four 35 s
+    # runs). Results are keyed, so the order changes no answer.
+    base = {_job_key(rule, a.options.get(rule, {})) for rule, _ in jobs}
+    keys = sorted(todo, key=lambda k: (page_tokens(todo[k][0], 16), k not in base))
     n = _workers(a, len(keys))
     if n > 1:  # compose each rule's cell once here: forked workers inherit compose_cell's cache
         for rule in {r for r, _ in todo.values()}:

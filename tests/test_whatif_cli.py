@@ -185,6 +185,22 @@ def test_parallel_simulations_give_the_serial_answer():
     assert serial[0]["prefix_hit_rate"] is not None and serial[0]["sweep"]
 
 
+def test_simulations_start_longest_first(monkeypatch):
+    """Workers take the simulations 1-token pages first, and among equal pages every rule's own run
+    before the sweeps' variants (a long base run must not start last, behind the sweeps); each
+    distinct simulation once. The order changes no answer (keyed results)."""
+    a = w.parse_args(["model=gemma3_4b", "gpu=h100", "jobs=1", "sglang_pools.swa_full_tokens_ratio=0.5"])
+    order = []
+    monkeypatch.setattr(w, "_simulate_job", lambda job: order.append(job) or {"rule": job[0]})
+    pools = {"swa_full_tokens_ratio": 0.5}
+    jobs = [("jenga", {}), ("jenga", {"x": 1}), ("sglang_pools", pools), ("sglang_pools", {"swa_full_tokens_ratio": 1.0}),
+            ("sglang_pools", pools), ("sglang_unified", {}), ("trtllm_pools", {})]
+    out = w.run_simulations(a, None, [], jobs)
+    assert order == [("sglang_pools", pools), ("sglang_unified", {}), ("sglang_pools", {"swa_full_tokens_ratio": 1.0}),
+                     ("jenga", {}), ("jenga", {"x": 1}), ("trtllm_pools", {})]
+    assert len(out) == 6 and out[w._job_key("sglang_unified", {})] == {"rule": "sglang_unified"}
+
+
 def test_sglang_running_cap_reaches_the_scheduler():
     """SGLang's init_memory runs at most a third of its Mamba slots at once (the rest hold the radix
     cache's states): the simulated scheduler gets that cap; vLLM's rule keeps the cell's max_num_seqs."""
